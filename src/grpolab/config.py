@@ -1,0 +1,193 @@
+"""One typed, validated configuration for every command: TOML file + CLI overrides.
+
+Fields carry their documentation as attribute docstrings (pydantic's `use_attribute_docstrings`), so the same text
+shows in `--help`, the web form and the exported TRL script. No value is defined twice: the CLI, the trainer and
+the exporter all read `LabConfig`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from grpolab.errors import UserError
+
+REWARD_ORDER = ("format", "schema", "completion", "length")
+"""The order of `--weights F,S,C,L`."""
+
+DEFAULT_WEIGHTS = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class RewardConfig(_Section):
+    weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    """Weight of each reward component in the episode reward (a weighted sum). Keys are reward names."""
+    length_unit: int = Field(100, gt=0)
+    """The length component counts generated tokens in units of this many (tool output excluded)."""
+
+    @field_validator("weights")
+    @classmethod
+    def _known_rewards(cls, weights: dict[str, float]) -> dict[str, float]:
+        from grpolab.rewards import REWARDS
+
+        unknown = sorted(set(weights) - set(REWARDS))
+        if unknown:
+            raise ValueError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(sorted(REWARDS))}")
+        return weights
+
+
+class RolloutConfig(_Section):
+    group_size: int = Field(8, ge=2)
+    """G: episodes sampled per prompt; advantages are relative to the group."""
+    max_new_tokens: int = Field(160, gt=0)
+    """Token budget of policy tokens per episode, over all turns (tool output not counted)."""
+    max_turns: int = Field(3, ge=1)
+    """Most tool calls in one episode; the turn after the last one must answer."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature for training rollouts (evaluation is greedy)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling for training rollouts."""
+
+
+class GRPOConfig(_Section):
+    learning_rate: float = Field(2e-4, gt=0)
+    """AdamW learning rate."""
+    beta: float = Field(0.05, ge=0)
+    """KL penalty coefficient (k3 estimator, to the frozen starting policy)."""
+    epsilon: float = Field(0.2, gt=0)
+    """Lower clip range of the importance ratio."""
+    epsilon_high: float | None = Field(None, gt=0)
+    """Upper clip range (DAPO's clip-higher); None means the same as epsilon."""
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
+    """Token aggregation: grpo (mean per sequence, then over sequences), dr_grpo (sum / constant), dapo (token mean)."""
+    scale_rewards: bool = True
+    """Divide advantages by the group's std (GRPO); False is Dr. GRPO's unscaled advantage."""
+    mu: int = Field(1, ge=1)
+    """Update epochs over each batch of rollouts (with mu=1 the ratio is 1 and clipping never binds)."""
+    kl_bound: float = Field(0.12, gt=0)
+    """Stability bound for the mean KL; passing it is flagged."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping."""
+    dynamic_filter: Literal["off", "skip", "resample"] = "off"
+    """Groups with no reward variance: keep them (off), drop them from the update (skip) or resample (resample)."""
+
+
+class LoraConfig(_Section):
+    enabled: bool = True
+    """Train LoRA adapters (the reference is the base with adapters disabled); False trains all weights."""
+    rank: int = Field(16, gt=0)
+    """LoRA rank r."""
+    alpha: int = Field(32, gt=0)
+    """LoRA alpha (the update is scaled by alpha / r)."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """LoRA dropout."""
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    """Module names that get adapters."""
+
+
+class TrainConfig(_Section):
+    steps: int = Field(20, ge=0)
+    """GRPO steps (updates)."""
+    prompts_per_step: int = Field(2, ge=1)
+    """Prompts per step; each gets group_size episodes."""
+    sft_steps: int = Field(0, ge=0)
+    """SFT warm-start steps on reference transcripts before GRPO (0 = none)."""
+    sft_learning_rate: float = Field(5e-4, gt=0)
+    """SFT learning rate."""
+    sft_batch_size: int = Field(4, ge=1)
+    """Reference transcripts per SFT step."""
+    eval_every: int = Field(10, ge=0)
+    """Held-out evaluation every this many steps (0 = only at the end)."""
+    eval_limit: int = Field(20, ge=1)
+    """Held-out tasks per evaluation."""
+    checkpoint_every: int = Field(5, ge=1)
+    """Checkpoint every this many steps (and at the end)."""
+    episodes_per_step_logged: int = Field(4, ge=0)
+    """Episodes per step written to episodes.jsonl."""
+    trackio: bool = False
+    """Also log metrics to trackio (local, offline)."""
+
+
+class LabConfig(_Section):
+    env: str = "finance"
+    """Environment name (`grpolab envs` lists them)."""
+    model: str = "smollm2"
+    """smollm2 (embedded SmolLM2-135M-Instruct), tiny (random test model), a Hugging Face id or a local path."""
+    seed: int = 0
+    """Seed for tasks, sampling and initialisation."""
+    task_kinds: list[str] = Field(default_factory=list)
+    """Only these task templates of the environment (empty = all), e.g. ["pct_change"] on finance."""
+    data: list[str] = Field(default_factory=list)
+    """Data files for environments that read them (bfcl)."""
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+def _first_error(exc: ValidationError, source: str) -> UserError:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        return UserError(f"{source}: unknown field '{field}'", "remove it or check the spelling (see `grpolab config`)")
+    return UserError(f"{source}: field '{field}': {msg}", "fix that value in the config file or the CLI flag")
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """Parse `--weights F,S,C,L` (four numbers) into a weights dict."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != len(REWARD_ORDER):
+        raise UserError(
+            f"--weights expects 4 comma-separated numbers F,S,C,L, got {text!r}", "for example --weights 1,1.5,3,-0.05"
+        )
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise UserError(f"--weights has a value that is not a number: {text!r}", "for example --weights 1,1.5,3,-0.05")
+    return dict(zip(REWARD_ORDER, values))
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> LabConfig:
+    """Read a TOML config (or the defaults), apply dotted-key overrides, validate.
+
+    `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
+    that were not given leave the file's values alone.
+    """
+    data: dict[str, Any] = {}
+    source = "config"
+    if path is not None:
+        source = str(path)
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file not found: {path}", "check the path given to --config")
+        try:
+            data = tomllib.loads(p.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{path}: not valid TOML ({exc})", "fix the syntax of the config file")
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    try:
+        return LabConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, source) from None
+
+
+def config_to_dict(config: LabConfig) -> dict[str, Any]:
+    """The resolved config as plain JSON data (what goes into runs/NAME/config.json)."""
+    return config.model_dump(mode="json")

@@ -1,0 +1,60 @@
+"""Environment registry: built-ins by name, user environments as `module:attribute` or an entry point.
+
+A user environment is any object with the `Environment` interface (see `grpolab.envs.base`); register it in a
+package's entry points under the group `grpolab.envs`, or pass `--env my_pkg.my_module:MyEnv`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
+from grpolab.errors import UserError
+
+__all__ = ["SPLITS", "Environment", "Evidence", "Split", "Task", "Verdict", "get_env", "env_names"]
+
+
+def _finance() -> Environment:
+    from grpolab.envs.finance import FinanceEnv
+
+    return FinanceEnv()
+
+
+def _arithmetic() -> Environment:
+    from grpolab.envs.arithmetic import ArithmeticEnv
+
+    return ArithmeticEnv()
+
+
+BUILTIN: dict[str, Callable[[], Environment]] = {"finance": _finance, "arithmetic": _arithmetic}
+
+
+def env_names() -> list[str]:
+    return sorted(BUILTIN) + sorted(ep.name for ep in entry_points(group="grpolab.envs"))
+
+
+def get_env(name: str, task_kinds: list[str] | None = None) -> Environment:
+    """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
+    if name in BUILTIN:
+        env = BUILTIN[name]()
+    elif ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            env = getattr(importlib.import_module(module_name), attr)()
+        except (ImportError, AttributeError) as exc:
+            raise UserError(f"cannot load environment {name!r} ({exc})", "check the module path and class name")
+    else:
+        eps = {ep.name: ep for ep in entry_points(group="grpolab.envs")}
+        if name not in eps:
+            raise UserError(f"unknown env {name!r}", f"use one of: {', '.join(env_names())} (or module:Class)")
+        env = eps[name].load()()
+    if task_kinds:
+        kinds = {t.kind for split in ("train", "heldout") for t in env.tasks(split)}
+        unknown = sorted(set(task_kinds) - kinds)
+        if unknown:
+            raise UserError(f"unknown task kind {unknown[0]!r} for env {name!r}", f"use some of: {sorted(kinds)}")
+        if hasattr(env, "task_kinds"):
+            env.task_kinds = list(task_kinds)
+    return env

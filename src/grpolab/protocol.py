@@ -1,0 +1,191 @@
+"""The episode protocol of DESIGN.md: parse an assistant transcript into segments, and render the pieces.
+
+    <thought>...</thought>            optional reasoning
+    <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+    <tool_response>{...}</tool_response>   written by the environment, never by the model
+    final answer                       the text after the last tool response
+
+Model output is untrusted input: `parse_transcript` never raises. Anything malformed (unclosed or nested tags,
+stray closing tags, bad JSON, a call that is not {"name": str, "arguments": object}) becomes an error string on
+the result, and the caller decides what it costs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TAGS = ("thought", "tool_call", "tool_response")
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+_TAG_RE = re.compile(r"<(/?)(thought|tool_call|tool_response)>")
+MAX_ERRORS = 20  # a megabyte of junk tags should not produce a megabyte of error strings
+
+SegmentKind = Literal["text", "thought", "tool_call", "tool_response"]
+
+
+@dataclass
+class ToolCall:
+    """One `<tool_call>` block: its raw text and, when it parses, the tool name and arguments."""
+
+    raw: str
+    name: str | None = None
+    arguments: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class Segment:
+    kind: SegmentKind
+    text: str
+    closed: bool = True
+    call: ToolCall | None = None
+
+
+@dataclass
+class ParsedTranscript:
+    """A transcript split into segments, with the protocol errors found on the way."""
+
+    segments: list[Segment] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [s.call for s in self.segments if s.kind == "tool_call" and s.call is not None]
+
+    @property
+    def final_answer(self) -> str:
+        """Plain text after the last tag-delimited segment (whitespace stripped); '' when there is none."""
+        tail: list[str] = []
+        for seg in reversed(self.segments):
+            if seg.kind != "text":
+                break
+            tail.append(seg.text)
+        return "".join(reversed(tail)).strip()
+
+    def _note(self, message: str) -> None:
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(message)
+
+
+def parse_call(raw: str) -> ToolCall:
+    """Parse the JSON body of a tool call. Never raises."""
+    body = raw.strip()
+    call = ToolCall(raw=raw)
+    if not body:
+        call.error = "empty tool call"
+        return call
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        call.error = f"tool call is not valid JSON ({type(exc).__name__}: {str(exc)[:80]})"
+        return call
+    if not isinstance(obj, dict):
+        call.error = "tool call JSON is not an object"
+        return call
+    name, arguments = obj.get("name"), obj.get("arguments", {})
+    if not isinstance(name, str) or not name:
+        call.error = "tool call has no string 'name'"
+        return call
+    call.name = name
+    if not isinstance(arguments, dict):
+        call.error = "tool call 'arguments' is not an object"
+        return call
+    call.arguments = arguments
+    extra = sorted(set(obj) - {"name", "arguments"})
+    if extra:
+        call.error = f"tool call has unexpected keys {extra[:3]}"
+    return call
+
+
+def parse_transcript(text: str) -> ParsedTranscript:
+    """Split an assistant transcript into text / thought / tool_call / tool_response segments. Never raises.
+
+    Tags do not nest: an opening tag inside an open block is an error and the block continues; a stray closing
+    tag is an error and is kept as text; a block left open runs to the end of the text (marked `closed=False`).
+    """
+    result = ParsedTranscript()
+    if not isinstance(text, str):
+        result._note(f"transcript is {type(text).__name__}, not text")
+        return result
+    pos = 0
+    open_kind: str | None = None
+    open_start = 0
+    for m in _TAG_RE.finditer(text):
+        closing, kind = m.group(1) == "/", m.group(2)
+        if open_kind is None:
+            if closing:
+                result._note(f"stray </{kind}> with no opening tag")
+                continue  # keep it as text: it is part of the next text segment
+            if m.start() > pos:
+                result.segments.append(Segment("text", text[pos : m.start()]))
+            open_kind, open_start = kind, m.end()
+        elif closing and kind == open_kind:
+            result.segments.append(_block(open_kind, text[open_start : m.start()], closed=True))
+            open_kind, pos = None, m.end()
+        elif closing:
+            result._note(f"</{kind}> inside <{open_kind}>")
+        else:
+            result._note(f"<{kind}> nested inside <{open_kind}>")
+    if open_kind is not None:
+        result._note(f"<{open_kind}> is never closed")
+        result.segments.append(_block(open_kind, text[open_start:], closed=False))
+    elif pos < len(text):
+        result.segments.append(Segment("text", text[pos:]))
+    for seg in result.segments:
+        if seg.call is not None and seg.call.error:
+            result._note(seg.call.error)
+    return result
+
+
+def _block(kind: str, body: str, closed: bool) -> Segment:
+    seg = Segment(kind, body, closed=closed)  # type: ignore[arg-type]
+    if kind == "tool_call":
+        seg.call = parse_call(body)
+    return seg
+
+
+def render_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """The text a well-behaved model writes for one call."""
+    return f"{TOOL_CALL_OPEN}\n{json.dumps({'name': name, 'arguments': arguments})}\n{TOOL_CALL_CLOSE}"
+
+
+def render_tool_response(response: dict[str, Any]) -> str:
+    """The text the environment splices in after a call (newline-delimited so it tokenises stably)."""
+    return f"\n{TOOL_RESPONSE_OPEN}\n{json.dumps(response)}\n{TOOL_RESPONSE_CLOSE}\n"
+
+
+def render_thought(text: str) -> str:
+    return f"<thought>{text}</thought>\n"
+
+
+def response_json(segment_text: str) -> Any:
+    """The JSON inside a tool_response block, or the stripped raw text when it is not JSON."""
+    body = segment_text.strip()
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+
+
+PROTOCOL_INSTRUCTIONS = """You can call tools. To call one, write exactly:
+<tool_call>
+{"name": "TOOL_NAME", "arguments": {...}}
+</tool_call>
+Then stop. The tool's result comes back as <tool_response>...</tool_response>. Never write <tool_response> yourself.
+You may think first inside <thought>...</thought>. When you have the result, write the final answer as plain text."""
+
+
+def render_system_prompt(tool_schemas: list[dict[str, Any]], task_instructions: str, example: str = "") -> str:
+    """The system prompt: the task instructions, the protocol, the tools as JSON schemas and an optional example."""
+    tools = "\n".join(json.dumps(s["function"] if "function" in s else s) for s in tool_schemas)
+    parts = [task_instructions.strip(), PROTOCOL_INSTRUCTIONS, f"Tools:\n{tools}"]
+    if example:
+        parts.append(f"Example:\n{example.strip()}")
+    return "\n\n".join(parts)

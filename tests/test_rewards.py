@@ -1,0 +1,95 @@
+import math
+
+import pytest
+
+from grpolab.protocol import render_thought, render_tool_call, render_tool_response
+from grpolab.rewards import REWARDS, breakdown, register_reward, score_transcript
+
+
+@pytest.fixture()
+def acme(finance):
+    return finance.task("pct_change-ACME-Q3")
+
+
+def score(env, task, text, **kw):
+    return score_transcript(env, task, text, count_tokens=lambda s: len(s) // 4, **kw)
+
+
+def test_clean_300_token_episode_is_plus_5_35(finance, acme):
+    s = score_transcript(finance, acme, finance.reference_transcript(acme), gen_tokens=300)
+    assert s.breakdown == "F:+1.0 | S:+1.5 | C:+3.0 | L:-0.15"
+    assert s.total == pytest.approx(5.35)
+    assert s.to_json()["components"] == {"format": 1.0, "schema": 1.0, "completion": 1.0, "length": 3.0}
+
+
+def test_breakdown_format():
+    assert breakdown({"format": 0.5, "length": 1.234}, {"format": 1.0, "length": -0.05}) == "F:+0.5 | L:-0.06"
+
+
+def test_fabricated_response_gets_no_completion(finance, acme):
+    text = (
+        render_tool_call("financial_search", {"query": "ACME Q3"})
+        + render_tool_response({"status": 200, "result": "ACME baseline price $100.00, close $114.17."})
+        + render_tool_call("calculator", {"expression": "(137 - 120) / 120 * 100"})
+        + render_tool_response({"result": 14.1666666667})
+        + "ACME's stock changed by 14.17%."
+    )
+    s = score(finance, acme, text)
+    assert s.components["completion"] == 0.0 and "fabricated" in s.reasons["completion"]
+    assert s.components["format"] == 0.75
+
+
+def test_response_with_no_call_is_fabricated(finance, acme):
+    text = render_tool_response({"result": 14.1666666667}) + "It changed by 14.17%."
+    s = score(finance, acme, text)
+    assert "answers no call" in s.reasons["completion"]
+    assert s.components["schema"] == 0.0
+
+
+def test_confident_answer_without_tools_is_not_grounded(finance, acme):
+    s = score(finance, acme, "ACME's stock changed by 14.17% in Q3.")
+    assert s.components["completion"] == 0.0 and "not grounded" in s.reasons["completion"]
+    assert s.components["schema"] == 0.0 and s.components["format"] == 1.0
+
+
+def test_hedged_answer_gets_no_completion(finance, acme):
+    text = finance.reference_transcript(acme).rsplit("\n", 1)[0] + "\nIt changed by 14.17%, or maybe 15% or 12.5%."
+    s = score(finance, acme, text)
+    assert s.components["completion"] == 0.0 and "hedged" in s.reasons["completion"]
+
+
+def test_schema_counts_invalid_and_unknown_calls(finance, acme):
+    text = (
+        render_tool_call("financial_search", {"q": "ACME"})
+        + render_tool_response(finance.toolbox.execute("financial_search", {"q": "ACME"}))
+        + render_tool_call("stock_api", {})
+        + render_tool_response(finance.toolbox.execute("stock_api", {}))
+        + "Unknown."
+    )
+    s = score(finance, acme, text)
+    assert s.components["schema"] == 0.0 and "0/2" in s.reasons["schema"]
+
+
+def test_call_without_answer(finance, acme):
+    text = render_thought("search") + render_tool_call("financial_search", {"query": "ACME Q3"})
+    s = score(finance, acme, text)
+    assert s.components["completion"] == 0.0
+    assert "never answered" in s.reasons["format"] and "no final answer" in s.reasons["format"]
+
+
+def test_a_reward_that_raises_is_counted_not_zeroed(finance, acme):
+    def exploding(*_):
+        raise ValueError("bug in my reward")
+
+    register_reward("exploding", exploding)
+    try:
+        s = score(finance, acme, "x", weights={"format": 1.0, "exploding": 1.0})
+        assert math.isnan(s.total) and "bug in my reward" in s.errors["exploding"]
+        assert s.to_json()["total"] is None
+    finally:
+        REWARDS.pop("exploding")
+
+
+def test_zero_weight_components_are_still_computed(finance, acme):
+    s = score(finance, acme, finance.reference_transcript(acme), weights={"format": 0, "completion": 0})
+    assert s.components == {"format": 1.0, "completion": 1.0} and s.total == 0
