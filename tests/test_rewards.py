@@ -92,4 +92,5 @@ def test_a_reward_that_raises_is_counted_not_zeroed(finance, acme):
 
 def test_zero_weight_components_are_still_computed(finance, acme):
     s = score(finance, acme, finance.reference_transcript(acme), weights={"format": 0, "completion": 0})
-    assert s.components == {"format": 1.0, "completion": 1.0} and s.total == 0
+    assert s.total == 0 and s.components["format"] == s.components["completion"] == 1.0
+    assert s.breakdown.startswith("F:+0.0 | S:+0.0 | C:+0.0 | L:")

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from grpolab import cli_train
 from grpolab.cli_common import (
     ConfigOpt,
     EnvOpt,
@@ -35,10 +36,11 @@ tools_app = typer.Typer(no_args_is_help=True, help="Run an environment's tools b
 reward_app = typer.Typer(no_args_is_help=True, help="Score transcripts with the configured reward.")
 app.add_typer(tools_app, name="tools")
 app.add_typer(reward_app, name="reward")
+cli_train.register(app)
 
 
 def env_of(cfg: LabConfig):
-    return get_env(cfg.env, cfg.task_kinds or None)
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example)
 
 
 @app.command()

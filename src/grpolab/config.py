@@ -125,6 +125,9 @@ class LabConfig(_Section):
     """Seed for tasks, sampling and initialisation."""
     task_kinds: list[str] = Field(default_factory=list)
     """Only these task templates of the environment (empty = all), e.g. ["pct_change"] on finance."""
+    prompt_example: bool = False
+    """Put a worked example transcript in the system prompt (about +300 prompt tokens, which every rollout and
+    update pays for; the SFT warm start teaches the protocol more cheaply)."""
     data: list[str] = Field(default_factory=list)
     """Data files for environments that read them (bfcl)."""
     reward: RewardConfig = Field(default_factory=RewardConfig)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpolab.config import DEFAULT_WEIGHTS
+from grpolab.config import DEFAULT_WEIGHTS, REWARD_ORDER
 from grpolab.envs.base import Environment, Evidence, Task
 from grpolab.protocol import ParsedTranscript, ToolCall, parse_transcript, response_json
 from grpolab.tools import ToolBox
@@ -120,22 +120,23 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     return value, "well-formed" if not problems else "; ".join(problems)
 
 
+def call_problem(call: ToolCall, env: Environment) -> str | None:
+    """Why a call is not schema-valid (malformed, unknown tool, bad arguments), or None."""
+    if not call.ok:
+        return call.error
+    tool = env.toolbox.get(call.name) if call.name else None
+    if tool is None:
+        return f"unknown tool {call.name!r}"
+    return tool.validation_error(call.arguments)
+
+
 def schema_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
     """Fraction of calls that name a real tool with arguments valid under its JSON schema."""
     if not r.calls:
         return (0.0, "no tool call, but the task needs one") if task.needs_tools else (1.0, "no call needed")
-    valid, first_problem = 0, ""
-    for call in r.calls:
-        tool = env.toolbox.get(call.name) if call.ok and call.name else None
-        problem = call.error if not call.ok else None
-        if problem is None and tool is None:
-            problem = f"unknown tool {call.name!r}"
-        if problem is None and tool is not None:
-            problem = tool.validation_error(call.arguments)
-        if problem is None:
-            valid += 1
-        elif not first_problem:
-            first_problem = problem
+    problems = [call_problem(c, env) for c in r.calls]
+    valid = sum(p is None for p in problems)
+    first_problem = next((p for p in problems if p), "")
     reason = f"{valid}/{len(r.calls)} calls valid" + (f" ({first_problem})" if first_problem else "")
     return valid / len(r.calls), reason
 
@@ -182,6 +183,8 @@ class Score:
     weights: dict[str, float]
     errors: dict[str, str] = field(default_factory=dict)
     """Components that raised, with the error."""
+    valid_calls: int = 0
+    """Schema-valid tool calls in the episode (tool_call_prob counts episodes with at least one)."""
 
     @property
     def total(self) -> float:
@@ -199,6 +202,7 @@ class Score:
             "reasons": self.reasons,
             "breakdown": self.breakdown,
             "errors": self.errors,
+            "valid_calls": self.valid_calls,
         }
 
 
@@ -241,14 +245,16 @@ def score_transcript(
         gen_tokens = counter(r.generated_text)
     ctx = RewardContext(gen_tokens=gen_tokens, length_unit=length_unit)
     components, reasons, errors = {}, {}, {}
-    for name in weights:
+    # the four standard components are always computed (logged even at weight 0), then any others weighted
+    for name in [*REWARD_ORDER, *(n for n in weights if n not in REWARD_ORDER)]:
         try:
             value, reason = REWARDS[name](r, task, env, ctx)
         except Exception as exc:  # counted and shown, never silently 0
             value, reason = math.nan, f"error: {type(exc).__name__}: {exc}"
             errors[name] = reason
         components[name], reasons[name] = float(value), reason
-    return Score(components=components, reasons=reasons, weights=weights, errors=errors)
+    valid_calls = sum(call_problem(c, env) is None for c in r.calls)
+    return Score(components=components, reasons=reasons, weights=weights, errors=errors, valid_calls=valid_calls)
 
 
 def default_token_counter() -> Callable[[str], int]:

@@ -35,7 +35,7 @@ def env_names() -> list[str]:
     return sorted(BUILTIN) + sorted(ep.name for ep in entry_points(group="grpolab.envs"))
 
 
-def get_env(name: str, task_kinds: list[str] | None = None) -> Environment:
+def get_env(name: str, task_kinds: list[str] | None = None, prompt_example: bool = True) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
     if name in BUILTIN:
         env = BUILTIN[name]()
@@ -57,4 +57,6 @@ def get_env(name: str, task_kinds: list[str] | None = None) -> Environment:
             raise UserError(f"unknown task kind {unknown[0]!r} for env {name!r}", f"use some of: {sorted(kinds)}")
         if hasattr(env, "task_kinds"):
             env.task_kinds = list(task_kinds)
+    if not prompt_example:
+        env.example = ""
     return env

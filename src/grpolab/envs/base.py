@@ -92,14 +92,20 @@ class Environment:
     def split_of(self, task_id: str) -> Split:
         return next(s for s in SPLITS if any(t.id == task_id for t in self.tasks(s)))
 
+    def reference_parts(self, task: Task) -> list[tuple[str, bool]]:
+        """The reference solution as (text, written_by_policy) pieces; tool responses are the environment's."""
+        policy = render_thought(task.reference_thought) if task.reference_thought else ""
+        parts: list[tuple[str, bool]] = []
+        for name, arguments in task.reference_calls:
+            parts.append((policy + render_tool_call(name, arguments), True))
+            parts.append((render_tool_response(self.toolbox.execute(name, arguments)), False))
+            policy = ""
+        parts.append((policy + task.reference_answer, True))
+        return parts
+
     def reference_transcript(self, task: Task) -> str:
         """The reference solution rendered under the protocol, with real tool responses."""
-        parts = [render_thought(task.reference_thought)] if task.reference_thought else []
-        for name, arguments in task.reference_calls:
-            parts.append(render_tool_call(name, arguments))
-            parts.append(render_tool_response(self.toolbox.execute(name, arguments)))
-        parts.append(task.reference_answer)
-        return "".join(parts)
+        return "".join(text for text, _ in self.reference_parts(task))
 
 
 # ---- shared numeric verification -------------------------------------------------------------------------

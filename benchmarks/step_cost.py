@@ -1,0 +1,53 @@
+"""Cost of one GRPO step on the embedded model: seconds per step, generated tokens/s, trained tokens/s, peak RSS.
+
+    .venv/bin/python benchmarks/step_cost.py [--group-size 8] [--max-new-tokens 128] [--steps 2]
+
+Settings: SmolLM2-135M-Instruct, fp32, LoRA (default config), finance pct_change prompts, one prompt per step,
+no SFT. The first step includes warm-up; the table reports each step and the mean of the steps after the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import torch
+
+from grpolab.config import load_config
+from grpolab.run import build_policy, env_for
+from grpolab.trainer import GRPOTrainer, peak_rss_mb
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--model", default="smollm2")
+    args = ap.parse_args()
+    cfg = load_config(None, {"model": args.model, "rollout.group_size": args.group_size,
+                             "rollout.max_new_tokens": args.max_new_tokens, "train.prompts_per_step": 1,
+                             "task_kinds": ["pct_change"]})  # fmt: skip
+    model, tok, ref = build_policy(cfg)
+    trainer = GRPOTrainer(model, tok, env_for(cfg), cfg, ref)
+    rows = []
+    for step in range(1, args.steps + 1):
+        m = trainer.step(step).metrics
+        rows.append({k: m[k] for k in ("perf/step_s", "perf/gen_tok_s", "perf/train_tok_s", "completion_len")})
+        print(json.dumps({"step": step, **rows[-1]}), flush=True)
+    timed = rows[1:] or rows
+    result = {
+        "model": args.model, "G": args.group_size, "max_new_tokens": args.max_new_tokens,
+        "s_per_step": sum(r["perf/step_s"] for r in timed) / len(timed),
+        "gen_tok_s": sum(r["perf/gen_tok_s"] for r in timed) / len(timed),
+        "train_tok_s": sum(r["perf/train_tok_s"] for r in timed) / len(timed),
+        "peak_rss_mb": peak_rss_mb(), "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "date": time.strftime("%Y-%m-%d"),
+    }  # fmt: skip
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""`grpolab train`, `grpolab eval` and `grpolab demo`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from grpolab.cli_common import (
+    ConfigOpt,
+    EnvOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    WeightsOpt,
+    console,
+    print_json,
+    resolve_config,
+)
+from grpolab.errors import UserError
+
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(train)
+    app.command(name="eval")(eval_)
+    app.command()(demo)
+
+
+def train(
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    seed: SeedOpt = None,
+    weights: WeightsOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Run directory to create (runs/NAME).")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Resume this run directory.")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="GRPO steps (train.steps).")] = None,
+    sft_steps: Annotated[int | None, typer.Option("--sft-steps", help="SFT warm-start steps.")] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
+    from grpolab.run import load_run_config
+    from grpolab.run import train as run_training
+
+    if resume is not None:
+        cfg = load_run_config(resume)
+        if steps is not None:
+            cfg.train.steps = steps
+        run_training(cfg, resume, resume=True, quiet=quiet)
+        return
+    if out is None:
+        raise UserError("train needs --out DIR (or --resume DIR)", "for example --out runs/first")
+    cfg = resolve_config(config, env, model, seed, weights, train__steps=steps, train__sft_steps=sft_steps)
+    run = run_training(cfg, out, quiet=quiet)
+    if not quiet:
+        console.print(f"run dir: {run.path}")
+
+
+def eval_(
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    seed: SeedOpt = None,
+    weights: WeightsOpt = None,
+    run: Annotated[Path | None, typer.Option("--run", help="Evaluate this run's latest checkpoint.")] = None,
+    split: Annotated[str, typer.Option("--split", help="train or heldout.")] = "heldout",
+    limit: Annotated[int | None, typer.Option("--limit", help="Tasks to evaluate.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity."""
+    from grpolab.evaluate import evaluate
+    from grpolab.run import build_policy, env_for, load_run_config
+    from grpolab.rundir import RunDir
+
+    if split not in ("train", "heldout"):
+        raise UserError(f"unknown split {split!r}", "use --split train or --split heldout")
+    if run is not None:
+        cfg = load_run_config(run)
+        policy, tokenizer, _ = build_policy(cfg)
+        if RunDir(run).load_checkpoint(policy, None) is None:
+            raise UserError(f"{run} has no checkpoint", "train it first, or evaluate a model with --model")
+    else:
+        cfg = resolve_config(config, env, model, seed, weights)
+        from grpolab.models import load_model
+
+        policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
+    summary, episodes = evaluate(policy, tokenizer, env_for(cfg), cfg, split, limit)  # type: ignore[arg-type]
+    if json:
+        print_json({"model": cfg.model, "env": cfg.env, "split": split, **summary})
+        return
+    for k, v in summary.items():
+        console.print(f"{k:<24} {v:.3f}")
+
+
+def demo(
+    config: ConfigOpt = None,
+    seed: SeedOpt = None,
+    out: Annotated[Path, typer.Option("--out", help="Run directory.")] = Path("runs/demo"),
+    steps: Annotated[int | None, typer.Option("--steps", help="GRPO steps.")] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Everything on the embedded model: held-out eval of the base, SFT warm start, GRPO, held-out eval."""
+    import json as jsonlib
+
+    from grpolab.run import train as run_training
+
+    cfg = resolve_config(config or _demo_config(), seed=seed, train__steps=steps)
+    if out.exists() and (out / "metrics.jsonl").exists():
+        out = out.with_name(f"{out.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    t0 = time.perf_counter()
+    run = run_training(cfg, out, quiet=quiet)
+    minutes = (time.perf_counter() - t0) / 60
+    summary = jsonlib.loads((run.path / "eval" / "summary.json").read_text())
+    table = Table("held-out", "base", "after SFT", f"after GRPO (step {cfg.train.steps})")
+    labels = ["base", "0", str(cfg.train.steps)]
+    for key, name in [("heldout/success", "success"), ("heldout/tool_call_prob", "tool_call_prob"),
+                      ("heldout/schema", "schema validity"), ("heldout/reward", "reward")]:  # fmt: skip
+        table.add_row(name, *(_cell(summary.get(label, {}).get(key)) for label in labels))
+    console.print(table)
+    console.print(f"run dir: {run.path}   ({minutes:.1f} min, {int(summary['0']['heldout/n'])} held-out tasks)")
+
+
+def _cell(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _demo_config() -> Path:
+    return Path(__file__).parent / "configs" / "demo.toml"

@@ -1,0 +1,60 @@
+"""Held-out evaluation: greedy episodes, scored with the same reward, success from the strict verifier."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from grpolab.config import LabConfig
+from grpolab.envs.base import Environment, Split, Task
+from grpolab.rewards import score_transcript
+from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
+
+
+def eval_tasks(env: Environment, split: Split, limit: int, seed: int = 0) -> list[Task]:
+    """A fixed, shuffled subset (mixed task kinds) so every evaluation of a run sees the same prompts."""
+    tasks = list(env.tasks(split))
+    random.Random(seed).shuffle(tasks)
+    return tasks[:limit]
+
+
+def score_episodes(env: Environment, episodes: list[Episode], cfg: LabConfig) -> None:
+    for e in episodes:
+        e.score = score_transcript(
+            env, e.task, e.text, cfg.reward.weights, cfg.reward.length_unit, gen_tokens=e.n_policy_tokens
+        )
+
+
+def has_valid_call(e: Episode) -> bool:
+    return e.score is not None and e.score.valid_calls > 0
+
+
+def episode_row(e: Episode, step: int | None = None) -> dict[str, Any]:
+    assert e.score is not None
+    row = {"task_id": e.task.id, "group": e.group, "prompt": e.task.prompt, "answer": e.task.answer,
+           "text": e.text, "tokens": e.n_policy_tokens, "turns": e.turns, "stop": e.stop_reason,
+           **e.score.to_json()}  # fmt: skip
+    if step is not None:
+        row = {"step": step, **row}
+    return row
+
+
+def summarize(episodes: list[Episode]) -> dict[str, float]:
+    """Held-out metrics: success (strict: completion == 1), tool_call_prob, schema validity, mean reward."""
+    scores = [e.score for e in episodes if e.score is not None]
+    return {
+        "heldout/success": mean([1.0 if s.components.get("completion") == 1.0 else 0.0 for s in scores]),
+        "heldout/tool_call_prob": mean([1.0 if has_valid_call(e) else 0.0 for e in episodes]),
+        "heldout/schema": mean([s.components.get("schema", 0.0) for s in scores]),
+        "heldout/reward": mean([s.total for s in scores]),
+        "heldout/n": float(len(scores)),
+    }
+
+
+def evaluate(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, split: Split = "heldout",
+             limit: int | None = None) -> tuple[dict[str, float], list[Episode]]:  # fmt: skip
+    tasks = eval_tasks(env, split, limit or cfg.train.eval_limit)
+    settings = SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, max_turns=cfg.rollout.max_turns, greedy=True)
+    episodes = run_episodes(model, tokenizer, env, tasks, 1, settings)
+    score_episodes(env, episodes, cfg)
+    return summarize(episodes), episodes

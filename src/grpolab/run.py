@@ -1,0 +1,138 @@
+"""A training run end to end: load, (SFT), GRPO steps with eval and checkpoints, all into a run directory."""
+
+from __future__ import annotations
+
+import copy
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpolab.config import LabConfig, config_to_dict
+from grpolab.envs import get_env
+from grpolab.errors import UserError
+from grpolab.evaluate import episode_row, evaluate
+from grpolab.models import load_model
+from grpolab.rundir import RunDir, read_jsonl
+from grpolab.sft import sft_warm_start
+from grpolab.trainer import GRPOTrainer
+from grpolab.watch import Progress
+
+
+def build_policy(cfg: LabConfig) -> tuple[Any, Any, Any]:
+    """(policy, tokenizer, reference): LoRA adapters on the base (reference = adapters off), or a full copy."""
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_model(cfg.model, seed=cfg.seed)
+    if not cfg.lora.enabled:
+        reference = copy.deepcopy(model).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        return model, tokenizer, reference
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    peft_config = PeftLoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_config), tokenizer, None
+
+
+def env_for(cfg: LabConfig):
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example)
+
+
+def record_eval(run: RunDir, label: str, summary: dict[str, float], episodes) -> None:
+    run.write_eval(label, [episode_row(e) for e in episodes])  # type: ignore[arg-type]
+    path = run.path / "eval" / "summary.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[str(label)] = summary
+    run.write_json("eval/summary.json", data)
+
+
+def start_run(cfg: LabConfig, out: Path) -> RunDir:
+    run = RunDir(out)
+    if run.metrics_path.exists() or run.checkpoints():
+        raise UserError(
+            f"run directory {out} already has a run", f"resume it with --resume {out}, or pick another --out"
+        )
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.write_json("config.json", config_to_dict(cfg))
+    return run
+
+
+def load_run_config(path: Path) -> LabConfig:
+    data = RunDir(path).read_json("config.json")
+    try:
+        return LabConfig.model_validate(data)
+    except Exception as exc:
+        raise UserError(f"{path}/config.json is not a valid config ({str(exc).splitlines()[0]})", "fix or remove it")
+
+
+def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
+          eval_base: bool = True) -> RunDir:  # fmt: skip
+    """Run (or resume) SFT + GRPO into `out`. Returns the run directory."""
+    run = RunDir(out) if resume else start_run(cfg, out)
+    env = env_for(cfg)
+    model, tokenizer, reference = build_policy(cfg)
+    trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
+    progress = Progress(cfg, quiet)
+    state = run.load_checkpoint(model, trainer.optimizer) if resume else None
+    if state is not None:
+        trainer.restore(state)
+        start = int(state["step"])
+        run.rewind(start)
+        progress.note(f"resumed {out} from step {start}")
+    else:
+        if resume:
+            run.rewind(0)  # killed before the first checkpoint: start over cleanly
+        if eval_base and cfg.train.sft_steps > 0:
+            with model.disable_adapter() if reference is None else nullcontext():
+                summary, eps = evaluate(model, tokenizer, env, cfg)
+            record_eval(run, "base", summary, eps)
+            progress.note(f"base model held-out: {_fmt(summary)}")
+        if cfg.train.sft_steps > 0:
+            progress.note(f"SFT warm start: {cfg.train.sft_steps} steps on reference transcripts")
+            losses = sft_warm_start(model, tokenizer, env, cfg.train.sft_steps, cfg.train.sft_batch_size,
+                                    cfg.train.sft_learning_rate, cfg.seed)  # fmt: skip
+            run.write_json("sft.json", {"loss": losses})
+        if eval_base:
+            summary, eps = trainer.evaluate()
+            record_eval(run, "0", summary, eps)
+            progress.note(f"{'after SFT' if cfg.train.sft_steps else 'base model'} held-out: {_fmt(summary)}")
+        start = 0
+        run.save_checkpoint(0, model, trainer.optimizer, trainer.state())
+    steps = cfg.train.steps
+    progress.start(steps, start)
+    for step in range(start + 1, steps + 1):
+        result = trainer.step(step)
+        m = result.metrics
+        last = step == steps
+        if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or last:
+            summary, eps = trainer.evaluate()
+            record_eval(run, str(step), summary, eps)
+            m.update(summary)
+        m.update(progress.alarms(m, run))
+        run.append_jsonl(run.metrics_path, [m])
+        rows = [episode_row(e, step) for e in result.episodes[: cfg.train.episodes_per_step_logged]]
+        if rows:
+            run.append_jsonl(run.episodes_path, rows)
+        if step % cfg.train.checkpoint_every == 0 or last:
+            run.save_checkpoint(step, model, trainer.optimizer, trainer.state())
+        progress.update(m)
+    progress.stop()
+    return run
+
+
+def _fmt(summary: dict[str, float]) -> str:
+    return (f"success {summary['heldout/success']:.0%}, tool_call_prob {summary['heldout/tool_call_prob']:.0%}, "
+            f"schema {summary['heldout/schema']:.2f}")  # fmt: skip
+
+
+def metrics(run: RunDir) -> list[dict[str, Any]]:
+    return read_jsonl(run.metrics_path)

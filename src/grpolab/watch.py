@@ -1,0 +1,74 @@
+"""Watching a run: a rich progress bar with ETA and key metrics, stability flags, and optional trackio logging."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
+from grpolab.config import LabConfig
+from grpolab.errors import UserError
+
+
+def stability_flags(m: dict[str, Any], cfg: LabConfig) -> dict[str, Any]:
+    """Per-step flags that need no history: kl past its configured bound."""
+    kl = m.get("kl")
+    flags: dict[str, Any] = {}
+    if isinstance(kl, float) and math.isfinite(kl):
+        flags["kl_over_bound"] = kl > cfg.grpo.kl_bound
+    return flags
+
+
+class Progress:
+    def __init__(self, cfg: LabConfig, quiet: bool = False):
+        self.cfg, self.quiet = cfg, quiet
+        self.console = Console(stderr=True, highlight=False)
+        self._bar: RichProgress | None = None
+        self._task: Any = None
+        self._trackio: Any = None
+        if cfg.train.trackio:
+            try:
+                import trackio
+            except ImportError:
+                raise UserError(
+                    "train.trackio is on but trackio is not installed", "pip install trackio, or set it off"
+                )
+            trackio.init(project="grpolab", config=cfg.model_dump(mode="json"))
+            self._trackio = trackio
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            self.console.print(text, markup=False)
+
+    def start(self, total: int, done: int) -> None:
+        if self.quiet or total <= done:
+            return
+        self._bar = RichProgress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                 TextColumn("{task.description}"), console=self.console, transient=False)  # fmt: skip
+        self._bar.start()
+        self._task = self._bar.add_task("", total=total, completed=done)
+
+    def alarms(self, m: dict[str, Any], run: Any) -> dict[str, Any]:
+        return stability_flags(m, self.cfg)
+
+    def update(self, m: dict[str, Any]) -> None:
+        if self._trackio is not None:
+            self._trackio.log({k: v for k, v in m.items() if isinstance(v, (int, float))}, step=m["step"])
+        if self._bar is None:
+            return
+        parts = [f"reward {m.get('reward/mean', float('nan')):+.2f}", f"kl {m.get('kl', float('nan')):.3f}",
+                 f"P(tool) {m.get('tool_call_prob', float('nan')):.0%}"]  # fmt: skip
+        if "heldout/success" in m:
+            parts.append(f"held-out {m['heldout/success']:.0%}")
+        if m.get("skipped"):
+            parts.append(f"SKIPPED ({m.get('skip_reason')})")
+        self._bar.update(self._task, advance=1, description="  ".join(parts))
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        if self._trackio is not None:
+            self._trackio.finish()

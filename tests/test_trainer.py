@@ -1,0 +1,157 @@
+"""Engine tests on the tiny random model (same tokenizer and architecture as the embedded one)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from grpolab.config import load_config
+from grpolab.rewards import REWARDS, register_reward
+from grpolab.rollout import SamplingSettings, run_episodes
+from grpolab.run import build_policy, env_for
+from grpolab.sft import reference_tokens
+from grpolab.trainer import GRPOTrainer
+
+METRIC_NAMES = {"reward/mean", "reward/std", "reward/format", "reward/schema", "reward/completion", "reward/length",
+                "frac_zero_std", "tool_call_prob", "tool_token_mass", "kl", "entropy", "policy_loss", "adv/mean_abs",
+                "clip_frac", "grad_norm", "completion_len", "turns", "tool_errors", "perf/step_s", "perf/gen_tok_s",
+                "perf/train_tok_s", "perf/peak_rss_mb"}  # fmt: skip
+
+SMALL = {"model": "tiny", "rollout.group_size": 4, "rollout.max_new_tokens": 12, "train.prompts_per_step": 2,
+         "train.eval_limit": 2, "train.eval_every": 0}  # fmt: skip
+
+
+@pytest.fixture()
+def text_length_reward():
+    """A reward with variance on random text, so the tiny model gets a learning signal."""
+    register_reward("text_length", lambda r, task, env, ctx: (len(r.generated_text) % 13 / 13, "test"))
+    yield
+    REWARDS.pop("text_length")
+
+
+def test_one_grpo_step_changes_the_trainable_parameters(text_length_reward):
+    cfg = load_config(None, {**SMALL, "reward.weights": {"text_length": 1.0, "format": 1.0}})
+    model, tok, ref = build_policy(cfg)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    m = GRPOTrainer(model, tok, env_for(cfg), cfg, ref).step(1).metrics
+    assert m["adv/mean_abs"] > 0 and m["skipped"] == 0
+    after = dict(model.named_parameters())
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    assert all(torch.equal(frozen[n], after[n]) for n in frozen)  # LoRA: the base stays put
+    assert METRIC_NAMES <= set(m)
+
+
+def test_equal_rewards_give_no_update():
+    cfg = load_config(None, {**SMALL, "reward.weights": {"completion": 1.0}})  # the random model never succeeds
+    model, tok, ref = build_policy(cfg)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    m = GRPOTrainer(model, tok, env_for(cfg), cfg, ref).step(1).metrics
+    assert m["frac_zero_std"] == 1.0 and m["adv/mean_abs"] == 0.0
+    # AdamW with zero gradients and no weight decay leaves the weights where they were
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
+
+
+class ScriptedCache:
+    def __init__(self, rows: int):
+        self.pointer = [0] * rows
+
+    def batch_repeat_interleave(self, n: int) -> None:
+        self.pointer = [p for p in self.pointer for _ in range(n)]
+
+
+class ScriptedLM(torch.nn.Module):
+    """A stand-in policy that writes a fixed transcript; tool-response tokens are expected as forced input."""
+
+    def __init__(self, sequence: list[int], vocab: int):
+        super().__init__()
+        self.sequence, self.vocab = sequence, vocab
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=None, **_):
+        if cache is None:  # prefill: nothing of the completion consumed yet
+            cache = ScriptedCache(input_ids.shape[0])
+        else:
+            cache.pointer = [p + 1 for p in cache.pointer]
+        logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab), -1e9)
+        for row, p in enumerate(cache.pointer):
+            logits[row, -1, self.sequence[min(p, len(self.sequence) - 1)]] = 0.0
+        return SimpleNamespace(logits=logits, cache=cache)
+
+
+def test_tool_output_is_spliced_with_mask_zero(finance):
+    """The rollout must execute the call and feed the real response back as mask-0 tokens, token for token."""
+    cfg = load_config(None, SMALL)
+    _, tok, _ = build_policy(cfg)
+    task = finance.task("pct_change-ACME-Q3")
+    _, ids, mask = reference_tokens(tok, finance, task)  # what an ideal policy + environment produce
+    model = ScriptedLM(ids, len(tok))
+    episodes = run_episodes(model, tok, finance, [task], 2, SamplingSettings(max_new_tokens=400))
+    for e in episodes:
+        assert e.turns == 2 and e.stop_reason == "eos"
+        assert e.completion_ids == ids and e.mask == mask
+        assert e.text.strip() == finance.reference_transcript(task).strip()
+        masked = tok.decode([t for t, m in zip(e.completion_ids, e.mask) if m == 0])
+        assert masked.count("<tool_response>") == 2 and "<tool_call>" not in masked
+        assert all(lp == 0.0 for lp, m in zip(e.logprobs, e.mask) if m == 0)
+
+
+def test_train_cli_writes_two_metric_lines(tmp_path):
+    out = tmp_path / "run"
+    proc = _grpolab("train", "--env", "finance", "--model", "tiny", "--steps", "2", "--out", str(out), "--quiet",
+                    "--config", str(_small_config(tmp_path)))  # fmt: skip
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert METRIC_NAMES <= set(rows[0]) and "heldout/success" in rows[-1]
+    assert (out / "config.json").is_file() and (out / "eval" / "2.jsonl").is_file()
+
+
+def test_killed_run_resumes_without_lost_or_repeated_steps(tmp_path):
+    out = tmp_path / "run"
+    config = _small_config(tmp_path, checkpoint_every=1)
+    proc = _grpolab("train", "--model", "tiny", "--steps", "6", "--out", str(out), "--quiet", "--config", str(config))
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        text = (out / "metrics.jsonl").read_text() if (out / "metrics.jsonl").exists() else ""
+        if text.count("\n") >= 2:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9, mid-step
+    proc.wait()
+    killed_at = (out / "metrics.jsonl").read_text().count("\n")
+    assert 2 <= killed_at < 6
+    resumed = _grpolab("train", "--resume", str(out), "--quiet")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_existing_run_dir_is_not_overwritten(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    proc = _grpolab("train", "--model", "tiny", "--out", str(out), "--quiet")
+    assert proc.wait(timeout=120) == 2
+    assert "already has a run" in proc.stderr.read()
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
+
+
+def _small_config(tmp_path, checkpoint_every: int = 5):
+    path = tmp_path / "small.toml"
+    path.write_text(
+        "[rollout]\ngroup_size = 2\nmax_new_tokens = 8\n"
+        f"[train]\nprompts_per_step = 1\neval_limit = 2\neval_every = 0\ncheckpoint_every = {checkpoint_every}\n"
+    )
+    return path
+
+
+def _grpolab(*args):
+    return subprocess.Popen([sys.executable, "-m", "grpolab.cli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
