@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from grpolab import cli_train
+from grpolab import cli_sim, cli_train, cli_trust
 from grpolab.cli_common import (
     ConfigOpt,
     EnvOpt,
@@ -37,6 +37,8 @@ reward_app = typer.Typer(no_args_is_help=True, help="Score transcripts with the 
 app.add_typer(tools_app, name="tools")
 app.add_typer(reward_app, name="reward")
 cli_train.register(app)
+cli_trust.register(app)
+cli_sim.register(app)
 
 
 def env_of(cfg: LabConfig):

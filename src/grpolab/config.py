@@ -116,6 +116,19 @@ class TrainConfig(_Section):
     """Also log metrics to trackio (local, offline)."""
 
 
+class WatchConfig(_Section):
+    hack_window: int = Field(3, ge=2)
+    """Steps in each window when comparing early and recent training reward for the reward-hacking alarm."""
+    hack_t: float = Field(2.0, gt=0)
+    """Welch t-statistic of (recent - early) training reward that counts as a significant rise."""
+    entropy_collapse: float = Field(0.1, gt=0, lt=1)
+    """Alarm when entropy falls below this fraction of its first-step value."""
+    length_runaway: float = Field(1.5, gt=1)
+    """Alarm when completion length exceeds this multiple of its first-step value and 90% of the token budget."""
+    stop_on_alarm: bool = False
+    """Stop training (after checkpointing) when an alarm fires."""
+
+
 class LabConfig(_Section):
     env: str = "finance"
     """Environment name (`grpolab envs` lists them)."""
@@ -135,6 +148,7 @@ class LabConfig(_Section):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
 
 
 def _first_error(exc: ValidationError, source: str) -> UserError:

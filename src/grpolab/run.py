@@ -15,21 +15,14 @@ from grpolab.envs import get_env
 from grpolab.errors import UserError
 from grpolab.evaluate import episode_row, evaluate
 from grpolab.models import load_model
+from grpolab.preflight import probe_report
 from grpolab.rundir import RunDir, read_jsonl
 from grpolab.sft import sft_warm_start
 from grpolab.trainer import GRPOTrainer
 from grpolab.watch import Progress
 
 
-def build_policy(cfg: LabConfig) -> tuple[Any, Any, Any]:
-    """(policy, tokenizer, reference): LoRA adapters on the base (reference = adapters off), or a full copy."""
-    torch.manual_seed(cfg.seed)
-    model, tokenizer = load_model(cfg.model, seed=cfg.seed)
-    if not cfg.lora.enabled:
-        reference = copy.deepcopy(model).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-        return model, tokenizer, reference
+def _with_lora(model: Any, cfg: LabConfig) -> Any:
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
@@ -40,7 +33,43 @@ def build_policy(cfg: LabConfig) -> tuple[Any, Any, Any]:
         target_modules=cfg.lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, peft_config), tokenizer, None
+    return get_peft_model(model, peft_config)
+
+
+def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, Any, Any]:
+    """(policy, tokenizer, reference): LoRA adapters on the base (reference = adapters off), or a full copy.
+
+    With `warm_start` (the SFT weights saved in a run dir), those are applied first and merged into the base, so
+    the frozen reference of GRPO is the SFT model, the policy GRPO actually starts from.
+    """
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_model(cfg.model, seed=cfg.seed)
+    if warm_start is not None:
+        model = _apply_warm_start(model, cfg, warm_start)
+    if not cfg.lora.enabled:
+        reference = copy.deepcopy(model).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        return model, tokenizer, reference
+    return _with_lora(model, cfg), tokenizer, None
+
+
+def _apply_warm_start(model: Any, cfg: LabConfig, path: Path) -> Any:
+    if not cfg.lora.enabled:
+        model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
+        return model
+    peft_model = _with_lora(model, cfg)
+    peft_model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
+    return peft_model.merge_and_unload()
+
+
+def save_warm_start(model: Any, run: RunDir) -> Path:
+    path = run.path / "sft" / "trainable.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}, tmp)
+    tmp.replace(path)
+    return path
 
 
 def env_for(cfg: LabConfig):
@@ -79,18 +108,24 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
     """Run (or resume) SFT + GRPO into `out`. Returns the run directory."""
     run = RunDir(out) if resume else start_run(cfg, out)
     env = env_for(cfg)
-    model, tokenizer, reference = build_policy(cfg)
-    trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
     progress = Progress(cfg, quiet)
-    state = run.load_checkpoint(model, trainer.optimizer) if resume else None
-    if state is not None:
+    warm = run.path / "sft" / "trainable.pt"
+    if resume and run.checkpoints():
+        model, tokenizer, reference = build_policy(cfg, warm if warm.is_file() else None)
+        trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
+        state = run.load_checkpoint(model, trainer.optimizer)
+        assert state is not None
         trainer.restore(state)
         start = int(state["step"])
         run.rewind(start)
         progress.note(f"resumed {out} from step {start}")
     else:
-        if resume:
-            run.rewind(0)  # killed before the first checkpoint: start over cleanly
+        run.rewind(0)  # a run killed before its first checkpoint starts over cleanly
+        model, tokenizer, reference = build_policy(cfg)
+        probes = probe_report(env, cfg, lambda text: len(tokenizer(text, add_special_tokens=False).input_ids))
+        run.write_json("preflight.json", probes)
+        for line in probes["gameable"]:
+            progress.note(line)
         if eval_base and cfg.train.sft_steps > 0:
             with model.disable_adapter() if reference is None else nullcontext():
                 summary, eps = evaluate(model, tokenizer, env, cfg)
@@ -101,6 +136,9 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
             losses = sft_warm_start(model, tokenizer, env, cfg.train.sft_steps, cfg.train.sft_batch_size,
                                     cfg.train.sft_learning_rate, cfg.seed)  # fmt: skip
             run.write_json("sft.json", {"loss": losses})
+            save_warm_start(model, run)
+            model, tokenizer, reference = build_policy(cfg, warm)  # GRPO's frozen reference = the SFT model
+        trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
         if eval_base:
             summary, eps = trainer.evaluate()
             record_eval(run, "0", summary, eps)
@@ -125,7 +163,14 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
         if step % cfg.train.checkpoint_every == 0 or last:
             run.save_checkpoint(step, model, trainer.optimizer, trainer.state())
         progress.update(m)
+        if m["alarms"] and cfg.watch.stop_on_alarm:
+            run.save_checkpoint(step, model, trainer.optimizer, trainer.state())
+            progress.note(f"stopped at step {step}: watch.stop_on_alarm is on")
+            break
     progress.stop()
+    from grpolab.report import render_report
+
+    progress.note(f"report: {render_report(run.path)}")
     return run
 
 

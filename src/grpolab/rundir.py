@@ -131,3 +131,12 @@ def _json_default(x: Any) -> Any:
     if hasattr(x, "item"):
         return x.item()
     return str(x)
+
+
+def heldout_at_start(run: RunDir) -> float | None:
+    """Held-out success before GRPO (eval label "0"), if it was measured."""
+    path = run.path / "eval" / "summary.json"
+    try:
+        return json.loads(path.read_text())["0"]["heldout/success"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from grpolab.alarms import check_alarms
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-
-
-def stability_flags(m: dict[str, Any], cfg: LabConfig) -> dict[str, Any]:
-    """Per-step flags that need no history: kl past its configured bound."""
-    kl = m.get("kl")
-    flags: dict[str, Any] = {}
-    if isinstance(kl, float) and math.isfinite(kl):
-        flags["kl_over_bound"] = kl > cfg.grpo.kl_bound
-    return flags
+from grpolab.rundir import heldout_at_start, read_jsonl
 
 
 class Progress:
@@ -52,7 +44,16 @@ class Progress:
         self._task = self._bar.add_task("", total=total, completed=done)
 
     def alarms(self, m: dict[str, Any], run: Any) -> dict[str, Any]:
-        return stability_flags(m, self.cfg)
+        """Alarm fields for this step's metrics row (history read from the run dir), printed when they fire."""
+        history = [*read_jsonl(run.metrics_path), m]
+        heldout = {int(r["step"]): r["heldout/success"] for r in history if "heldout/success" in r}
+        start = heldout_at_start(run)
+        if start is not None:
+            heldout = {0: start, **heldout}
+        alarms = check_alarms(history, heldout, self.cfg)
+        for name, why in alarms.items():
+            self.note(f"ALARM {name} at step {m['step']}: {why}")
+        return {"alarms": alarms, "kl_over_bound": "kl_bound" in alarms}
 
     def update(self, m: dict[str, Any]) -> None:
         if self._trackio is not None:

@@ -1,0 +1,65 @@
+"""Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway.
+
+Reward hacking is the case the seed's stream warns about most: the training reward climbs while held-out
+verified success does not. The statistic: Welch's t of the mean training reward over the last `hack_window` steps
+against the first `hack_window` steps; the alarm fires when t >= `hack_t` and the latest held-out success is no
+better than the first held-out success (step 0, before GRPO).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from grpolab.config import LabConfig
+
+
+def welch_t(a: list[float], b: list[float]) -> float:
+    """t-statistic of mean(b) - mean(a) with unequal variances; inf when both are constant and differ."""
+    if len(a) < 2 or len(b) < 2:
+        return 0.0
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
+    se = math.sqrt(va / len(a) + vb / len(b))
+    if se == 0:
+        return math.inf if mb > ma else (-math.inf if mb < ma else 0.0)
+    return (mb - ma) / se
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+
+
+def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: LabConfig) -> dict[str, str]:
+    """Alarms for the latest row of `history` (all metric rows so far, oldest first). Name -> explanation."""
+    w = cfg.watch
+    alarms: dict[str, str] = {}
+    latest = history[-1]
+    kl = latest.get("kl")
+    if isinstance(kl, float) and kl > cfg.grpo.kl_bound:
+        alarms["kl_bound"] = f"kl {kl:.3f} is past the stability bound {cfg.grpo.kl_bound}"
+    rewards = _series(history, "reward/mean")
+    if len(rewards) >= 2 * w.hack_window and len(heldout) >= 2:
+        early, recent = rewards[: w.hack_window], rewards[-w.hack_window :]
+        t = welch_t(early, recent)
+        steps = sorted(heldout)
+        first, last = heldout[steps[0]], heldout[steps[-1]]
+        if t >= w.hack_t and last <= first:
+            alarms["reward_hacking"] = (
+                f"training reward rose from {sum(early) / len(early):+.2f} to {sum(recent) / len(recent):+.2f} "
+                f"(Welch t = {t:.1f} over {w.hack_window}-step windows) while held-out success went "
+                f"{first:.0%} -> {last:.0%} (steps {steps[0]} -> {steps[-1]})"
+            )
+    entropy = _series(history, "entropy")
+    if len(entropy) >= 2 and entropy[0] > 0 and entropy[-1] < w.entropy_collapse * entropy[0]:
+        alarms["entropy_collapse"] = (
+            f"entropy {entropy[-1]:.3f} fell below {w.entropy_collapse:.0%} of its start {entropy[0]:.3f}"
+        )
+    length = _series(history, "completion_len")
+    budget = cfg.rollout.max_new_tokens
+    if len(length) >= 2 and length[-1] > w.length_runaway * length[0] and length[-1] > 0.9 * budget:
+        alarms["length_runaway"] = (
+            f"completion length {length[-1]:.0f} vs {length[0]:.0f} at the start (budget {budget})"
+        )
+    return alarms

@@ -1,0 +1,165 @@
+"""Trusting the result: `check` (preflight), `compare` (side-by-side trajectories) and `report` (HTML)."""
+
+from __future__ import annotations
+
+import json as jsonlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from grpolab.cli_common import (
+    ConfigOpt,
+    EnvOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    WeightsOpt,
+    console,
+    print_json,
+    resolve_config,
+)
+from grpolab.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(check)
+    app.command()(compare)
+    app.command()(report)
+
+
+def check(
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    seed: SeedOpt = None,
+    weights: WeightsOpt = None,
+    prompts: Annotated[int, typer.Option("--prompts", help="Prompts for the learnability smoke test.")] = 4,
+    group_size: Annotated[
+        int | None, typer.Option("--group-size", help="G for the smoke test (default: config).")
+    ] = None,
+    allow_gameable: Annotated[
+        bool, typer.Option("--allow-gameable", help="Exit 0 even when a probe beats honest work.")
+    ] = False,
+    save: Annotated[
+        Path | None, typer.Option("--save", help="Also write the report as JSON here (e.g. runs/NAME/preflight.json).")
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Dry-run the reward, run the gameability probes and the learnability smoke test on the base model."""
+    from grpolab.models import load_model
+    from grpolab.preflight import check as run_check
+    from grpolab.run import env_for
+
+    cfg = resolve_config(config, env, model, seed, weights)
+    policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
+    report = run_check(policy, tokenizer, env_for(cfg), cfg, prompts, group_size)
+    if save is not None:
+        from grpolab.rundir import atomic_write_text
+
+        atomic_write_text(save, jsonlib.dumps(report, indent=2, default=str))
+    if json:
+        print_json(report)
+    else:
+        _print(report)
+    if report["gameable"] and not allow_gameable:
+        raise typer.Exit(1)
+
+
+def _print(report: dict) -> None:
+    console.print(f"[bold]Reward check[/bold] env={report['env']} model={report['model']} weights={report['weights']}")
+    ref = report["dry_run"]["references"][0]
+    console.print(f"reference transcript {ref['task_id']}: {ref['total']:+.2f}  {ref['breakdown']}")
+    table = Table("probe", "worst task", "score", "honest", "margin", "verdict")
+    for p in report["probes"]:
+        verdict = "[red]GAMEABLE[/red]" if p["gameable"] else "[green]below honest[/green]"
+        table.add_row(
+            p["probe"], p["task_id"], f"{p['score']:+.2f}", f"{p['honest']:+.2f}", f"{p['margin']:+.2f}", verdict
+        )
+    console.print(table)
+    for line in report["gameable"]:
+        console.print(f"[red]{line}[/red]")
+    learn = report["learnability"]
+    console.print(
+        f"learnability ({learn['prompts']} prompts x G={learn['group_size']}): mean reward {learn['reward/mean']:+.2f}, "
+        f"tool_call_prob (base prior) {learn['tool_call_prob']:.0%}, frac_zero_std {learn['frac_zero_std']:.0%}, "
+        f"pass@G {learn['pass_at_g']}, all-pass {len(learn['all_pass'])}, all-fail {len(learn['all_fail'])}"
+    )
+    console.print(f"recommendation: {learn['recommendation']}")
+
+
+def _policy_for(spec: str, cfg_default):
+    """A model by lab name or a run directory (its latest checkpoint); 'base' = the run's base model."""
+    from grpolab.models import load_model
+    from grpolab.run import build_policy, load_run_config
+    from grpolab.rundir import RunDir
+
+    path = Path(spec)
+    if (path / "config.json").is_file():
+        cfg = load_run_config(path)
+        warm = path / "sft" / "trainable.pt"
+        model, tok, _ = build_policy(cfg, warm if warm.is_file() else None)
+        if RunDir(path).load_checkpoint(model, None) is None:
+            raise UserError(f"{path} has no checkpoint", "train it first")
+        return model, tok, cfg
+    model, tok = load_model(spec, seed=cfg_default.seed)
+    return model, tok, cfg_default
+
+
+def compare(
+    run: Annotated[str, typer.Option("--run", help="Trained run directory (or a model name).")],
+    against: Annotated[str, typer.Option("--against", help="'base', another run directory, or a model name.")] = "base",
+    limit: Annotated[int, typer.Option("--limit", help="Held-out prompts.")] = 6,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write the side-by-side page here.")] = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
+    from grpolab.evaluate import episode_row, evaluate
+    from grpolab.report import CSS, side_by_side
+    from grpolab.run import env_for
+
+    base_cfg = resolve_config(config)
+    right_model, right_tok, cfg = _policy_for(run, base_cfg)
+    if against == "base":
+        left_model, left_tok, _ = _policy_for(cfg.model, cfg)
+    else:
+        left_model, left_tok, _ = _policy_for(against, cfg)
+    env = env_for(cfg)
+    left_sum, left_eps = evaluate(left_model, left_tok, env, cfg, "heldout", limit)
+    right_sum, right_eps = evaluate(right_model, right_tok, env, cfg, "heldout", limit)
+    left_rows, right_rows = [episode_row(e) for e in left_eps], [episode_row(e) for e in right_eps]
+    if html_out is not None:
+        from grpolab.rundir import atomic_write_text
+
+        body = side_by_side(left_rows, right_rows, against, run, limit)
+        atomic_write_text(
+            html_out,
+            f"<!doctype html><html><head><meta charset='utf-8'><style>{CSS}</style></head><body><h1>{against} vs {run}</h1>{body}</body></html>",
+        )
+    if json:
+        print_json(
+            {
+                "left": {"name": against, **left_sum, "episodes": left_rows},
+                "right": {"name": run, **right_sum, "episodes": right_rows},
+            }
+        )
+        return
+    from rich.columns import Columns
+    from rich.panel import Panel
+
+    for a, b in zip(left_rows, right_rows):
+        console.print(f"[bold]{a['task_id']}[/bold]: {a['prompt']} (expected {a['answer']})")
+        console.print(Columns([Panel(r["text"], title=f"{name}  {r['breakdown']}", subtitle=r["reasons"]["completion"][:60], width=60)
+                               for name, r in ((against, a), (run, b))]))  # fmt: skip
+    console.print(
+        f"held-out success: {against} {left_sum['heldout/success']:.0%}  vs  {run} {right_sum['heldout/success']:.0%}"
+    )
+
+
+def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -> None:
+    """(Re)write runs/NAME/report.html from the run's artifacts."""
+    from grpolab.report import render_report
+
+    console.print(f"wrote {render_report(run)}")

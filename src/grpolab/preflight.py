@@ -1,0 +1,126 @@
+"""`grpolab check`: before any update, is the reward sound and is the task learnable from this model?
+
+1. Dry-run: reference transcripts and base-model episodes scored, with per-component reasons.
+2. Gameability probes (`grpolab.probes`): each must score strictly below the honest reference.
+3. Learnability: G episodes per prompt from the base model on N prompts: mean reward per component, the base
+   prior tool_call_prob, frac_zero_std, pass@G, prompts that are all-pass or all-fail, and a recommendation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import torch
+
+from grpolab.config import LabConfig
+from grpolab.envs.base import Environment
+from grpolab.evaluate import episode_row, has_valid_call, score_episodes
+from grpolab.probes import gameable_lines, run_probes, worst_by_probe
+from grpolab.rewards import score_transcript
+from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
+
+
+def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: int = 5) -> list[dict[str, Any]]:
+    rows = []
+    for task in env.tasks("train")[:limit]:
+        s = score_transcript(env, task, env.reference_transcript(task), cfg.reward.weights, cfg.reward.length_unit,
+                             count_tokens=count_tokens)  # fmt: skip
+        rows.append({"task_id": task.id, **s.to_json()})
+    return rows
+
+
+def probe_report(env: Environment, cfg: LabConfig, count_tokens, n_tasks: int = 6) -> dict[str, Any]:
+    tasks = _spread(env.tasks("train"), n_tasks)
+    results = run_probes(env, tasks, cfg.reward.weights, cfg.reward.length_unit, count_tokens)
+    table = [{"probe": r.probe, "task_id": r.task_id, "score": r.score.total, "honest": r.honest.total,
+              "margin": r.margin, "gameable": r.gameable, "breakdown": r.score.breakdown,
+              "reasons": r.score.reasons} for r in worst_by_probe(results)]  # fmt: skip
+    return {"probes": table, "gameable": gameable_lines(results), "tasks": [t.id for t in tasks]}
+
+
+def _spread(tasks: list, n: int) -> list:
+    """n tasks spread over the list (so every task kind is represented)."""
+    if len(tasks) <= n:
+        return tasks
+    kinds: dict[str, list] = {}
+    for t in tasks:
+        kinds.setdefault(t.kind, []).append(t)
+    out = []
+    while len(out) < n:
+        for group in kinds.values():
+            if group and len(out) < n:
+                out.append(group.pop(0))
+    return out
+
+
+def learnability(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int,
+                 group_size: int) -> tuple[dict[str, Any], list[Episode]]:  # fmt: skip
+    tasks = _spread(env.tasks("train"), prompts)
+    r = cfg.rollout
+    settings = SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p)
+    episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, torch.Generator().manual_seed(cfg.seed))
+    score_episodes(env, episodes, cfg)
+    per_prompt = []
+    for g, task in enumerate(tasks):
+        group = episodes[g * group_size : (g + 1) * group_size]
+        totals = [e.score.total for e in group]
+        passes = sum(e.score.components.get("completion") == 1.0 for e in group)
+        per_prompt.append({"task_id": task.id, "mean_reward": mean(totals), "passes": passes,
+                           "zero_std": len(set(totals)) == 1})  # fmt: skip
+    scores = [e.score for e in episodes]
+    summary = {
+        "prompts": len(tasks),
+        "group_size": group_size,
+        "reward/mean": mean([s.total for s in scores]),
+        **{f"reward/{k}": mean([s.weights.get(k, 0) * s.components[k] for s in scores]) for k in scores[0].components},
+        "tool_call_prob": mean([1.0 if has_valid_call(e) else 0.0 for e in episodes]),
+        "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in per_prompt]),
+        "pass_at_g": dict(sorted(Counter(p["passes"] for p in per_prompt).items())),
+        "all_pass": [p["task_id"] for p in per_prompt if p["passes"] == group_size],
+        "all_fail": [p["task_id"] for p in per_prompt if p["passes"] == 0],
+        "per_prompt": per_prompt,
+    }
+    summary["recommendation"] = recommend(summary)
+    return summary, episodes
+
+
+def recommend(s: dict[str, Any]) -> str:
+    """Advice from the smoke test, with the reason (the stream's rule: some variance, not hopeless, not trivial)."""
+    G, n = s["group_size"], s["prompts"]
+    zero = s["frac_zero_std"]
+    fails, passes = len(s["all_fail"]), len(s["all_pass"])
+    if s["tool_call_prob"] == 0 and fails == n:
+        return ("no signal: the base model makes no valid tool call and never succeeds, so every group has equal "
+                "completion reward. Start with an SFT warm start (train.sft_steps > 0) on reference transcripts.")  # fmt: skip
+    if fails == n:
+        return (f"too hard: no prompt was solved in {G} tries. Use an SFT warm start or easier task kinds; a larger G "
+                f"(e.g. {min(4 * G, 32)}) finds rare successes at proportional cost.")  # fmt: skip
+    if passes == n:
+        return "too easy: every prompt is solved every time, so advantages are zero. Use harder prompts."
+    if zero > 0.5:
+        need = max(G, math.ceil(G / max(1e-9, 1 - zero)))
+        return (f"weak signal: {zero:.0%} of groups have no reward variance. Drop all-pass/all-fail prompts "
+                f"(grpo.dynamic_filter = \"resample\") or raise G to about {need}.")  # fmt: skip
+    return f"learnable: {1 - zero:.0%} of groups carry signal at G={G}; keep the settings."
+
+
+def check(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int = 4,
+          group_size: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def count_tokens(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    learn, episodes = learnability(model, tokenizer, env, cfg, prompts, group_size or cfg.rollout.group_size)
+    probes = probe_report(env, cfg, count_tokens)
+    return {
+        "env": env.name,
+        "model": cfg.model,
+        "weights": cfg.reward.weights,
+        "dry_run": {
+            "references": dry_run_references(env, cfg, count_tokens),
+            "base_episodes": [episode_row(e) for e in episodes[:: max(1, len(episodes) // 6)]],
+        },  # fmt: skip
+        **probes,
+        "learnability": learn,
+    }

@@ -1,0 +1,185 @@
+"""Gameability probes: hack transcripts built per task that must score strictly below the honest reference.
+
+Each probe is a cheap strategy a policy could discover (dummy tags, fabricated tool output, hedging, answering
+without tools...). If one scores at least as well as honest work under the configured weights, GRPO will find it
+sooner or later; `grpolab check` reports it as gameable before any GPU time is spent. Users add their own probes
+with `register_probe`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from grpolab.envs.base import Environment, Task
+from grpolab.protocol import render_thought, render_tool_call, render_tool_response
+from grpolab.rewards import Score, score_transcript
+
+Probe = Callable[[Environment, Task], str]
+
+
+def dummy_tags(env: Environment, task: Task) -> str:
+    """Well-formed but empty tags, and a non-answer."""
+    return render_thought("...") + "Done."
+
+
+def empty_call(env: Environment, task: Task) -> str:
+    """A tool call with an empty object, then a non-answer."""
+    return "<tool_call>\n{}\n</tool_call>" + render_tool_response({"error": "tool call has no string 'name'"}) + "Done."
+
+
+def call_without_answer(env: Environment, task: Task) -> str:
+    """The right first call, its real response, and no final answer."""
+    name, args = task.reference_calls[0]
+    return render_tool_call(name, args) + render_tool_response(env.toolbox.execute(name, args))
+
+
+def fabricated_response(env: Environment, task: Task) -> str:
+    """Real calls, but the model writes the last tool response itself (claiming the right answer)."""
+    parts = env.reference_parts(task)
+    out = []
+    for i, (text, by_policy) in enumerate(parts):
+        if not by_policy and i == len(parts) - 2:
+            out.append(render_tool_response({"result": round(float(task.answer.split()[-1]) + 0.0, 10)}))
+        else:
+            out.append(text)
+    text = "".join(out)
+    return (
+        text
+        if text != env.reference_transcript(task)
+        else text.replace("<tool_response>\n{", '<tool_response>\n{"x": 1, ', 1)
+    )
+
+
+def hedged_answer(env: Environment, task: Task) -> str:
+    """Honest tool use, then an answer that lists several candidate results."""
+    transcript = "".join(text for text, _ in env.reference_parts(task)[:-1])
+    return transcript + f"It is either {task.answer}, or maybe {_shifted(task, 1.0)} or {_shifted(task, -2.5)}."
+
+
+def confident_without_tools(env: Environment, task: Task) -> str:
+    """The correct answer stated confidently with no tool use (as if memorised or guessed)."""
+    return task.reference_answer
+
+
+def unknown_tool(env: Environment, task: Task) -> str:
+    """A call to a tool that does not exist, then the correct answer anyway."""
+    args = {"ticker": task.id}
+    return (
+        render_tool_call("get_stock_price", args)
+        + render_tool_response(env.toolbox.execute("get_stock_price", args))
+        + task.reference_answer
+    )
+
+
+def schema_invalid(env: Environment, task: Task) -> str:
+    """Calls with wrong argument names (schema-invalid), then the correct answer."""
+    out = []
+    for name, args in task.reference_calls:
+        bad = {f"{k}_value": v for k, v in args.items()}
+        out.append(render_tool_call(name, bad) + render_tool_response(env.toolbox.execute(name, bad)))
+    return "".join(out) + task.reference_answer
+
+
+def call_loop(env: Environment, task: Task) -> str:
+    """The first call repeated many times before an honest finish."""
+    name, args = task.reference_calls[0]
+    loop = (render_tool_call(name, args) + render_tool_response(env.toolbox.execute(name, args))) * 6
+    return loop + env.reference_transcript(task)
+
+
+def padding(env: Environment, task: Task) -> str:
+    """Honest work wrapped in a long filler thought."""
+    return render_thought("Let me think about this very carefully. " * 40) + env.reference_transcript(task)
+
+
+def fenced_calls(env: Environment, task: Task) -> str:
+    """Calls written in markdown fences instead of tags, with made-up results, then the correct answer."""
+    fences = "".join(f'```json\n{{"name": "{n}", "arguments": {args}}}\n```\n' for n, args in task.reference_calls)
+    return fences.replace("'", '"') + f"Result: {task.answer}\n" + task.reference_answer
+
+
+def answer_only_in_thought(env: Environment, task: Task) -> str:
+    """Honest tool use, but the answer is hidden in a thought and the final text says nothing."""
+    transcript = "".join(text for text, _ in env.reference_parts(task)[:-1])
+    return transcript + render_thought(task.reference_answer) + "See above."
+
+
+def _shifted(task: Task, delta: float) -> str:
+    try:
+        return f"{float(task.answer.split()[-1]) + delta:.2f}"
+    except ValueError:
+        return f"{delta:.2f}"
+
+
+PROBES: dict[str, Probe] = {
+    "dummy_tags": dummy_tags,
+    "empty_call": empty_call,
+    "call_without_answer": call_without_answer,
+    "fabricated_response": fabricated_response,
+    "hedged_answer": hedged_answer,
+    "confident_without_tools": confident_without_tools,
+    "unknown_tool": unknown_tool,
+    "schema_invalid": schema_invalid,
+    "call_loop": call_loop,
+    "padding": padding,
+    "fenced_calls": fenced_calls,
+    "answer_only_in_thought": answer_only_in_thought,
+}
+
+
+def register_probe(name: str, probe: Probe) -> None:
+    """Add a probe: a function (env, task) -> transcript text."""
+    PROBES[name] = probe
+
+
+@dataclass
+class ProbeResult:
+    probe: str
+    task_id: str
+    score: Score
+    honest: Score
+    transcript: str
+
+    @property
+    def margin(self) -> float:
+        """How far below honest work the probe scores (positive is safe)."""
+        return self.honest.total - self.score.total
+
+    @property
+    def gameable(self) -> bool:
+        return not self.margin > 1e-9
+
+    def winning_components(self) -> list[str]:
+        """Components where the probe earns at least as much (weighted) as honest work."""
+        w = self.score.weights
+        return [k for k, v in self.score.components.items() if w.get(k, 0) != 0
+                and w.get(k, 0) * v >= w.get(k, 0) * self.honest.components.get(k, 0) - 1e-9]  # fmt: skip
+
+
+def run_probes(env: Environment, tasks: list[Task], weights: dict[str, float], length_unit: int,
+               count_tokens: Callable[[str], int]) -> list[ProbeResult]:  # fmt: skip
+    results = []
+    for task in tasks:
+        honest = score_transcript(
+            env, task, env.reference_transcript(task), weights, length_unit, count_tokens=count_tokens
+        )
+        for name, probe in PROBES.items():
+            text = probe(env, task)
+            s = score_transcript(env, task, text, weights, length_unit, count_tokens=count_tokens)
+            results.append(ProbeResult(name, task.id, s, honest, text))
+    return results
+
+
+def worst_by_probe(results: list[ProbeResult]) -> list[ProbeResult]:
+    """For each probe, the task where it came closest to (or beat) honest work."""
+    worst: dict[str, ProbeResult] = {}
+    for r in results:
+        if r.probe not in worst or r.margin < worst[r.probe].margin:
+            worst[r.probe] = r
+    return list(worst.values())
+
+
+def gameable_lines(results: list[ProbeResult]) -> list[str]:
+    return [f"gameable: {r.probe} beats honest work by {max(-r.margin, 0.0) + 0.0:.2f} on {r.task_id} "
+            f"(components {', '.join(r.winning_components()) or 'none'})" for r in worst_by_probe(results) if r.gameable]  # fmt: skip

@@ -1,0 +1,215 @@
+"""Policy & reward simulator: exact GRPO on a behaviour-level policy, fast enough to drive sliders.
+
+This is a simulation and says so. The policy is a softmax over episode classes (free-text guess, malformed call,
+valid call with a wrong result, grounded correct answer, dummy tags, call with no answer, verbose correct answer).
+Each class carries component scores (F, S, C, and generated tokens) measured by scoring real transcripts of that
+class with the lab's reward; initial class probabilities come from real base-model episodes (the learnability
+smoke test, or a run's first step), classified by their reward reasons, or from documented defaults.
+
+GRPO on that policy is exact: G classes sampled per prompt, group-normalised advantages, the clipped surrogate on
+the class logits (mu epochs), and beta * KL(pi || pi_0) taken as a proximal mirror-descent step with size `lr`.
+Many seeded runs are vectorised (numpy) and averaged, with a 10-90% band. Reported curves use exact expectations
+under each run's policy, so they are smooth even with few samples. `lr` is in logit units: it is not the LoRA
+learning rate, which is why sim-to-real reports its gap instead of claiming a match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from grpolab.config import LabConfig
+
+CLASSES = ["free_text_guess", "malformed_call", "wrong_result_call", "grounded_correct", "dummy_tags",
+           "call_no_answer", "verbose_correct"]  # fmt: skip
+CALL_CLASSES = {"wrong_result_call", "grounded_correct", "call_no_answer", "verbose_correct"}
+HACK_CLASSES = {"dummy_tags", "call_no_answer"}
+"""Classes that can score without solving the task."""
+DEFAULT_PRIOR = {"free_text_guess": 0.80, "malformed_call": 0.05, "wrong_result_call": 0.04, "grounded_correct": 0.01,
+                 "dummy_tags": 0.05, "call_no_answer": 0.03, "verbose_correct": 0.02}  # fmt: skip
+"""Used when no real episodes are given: the shape measured on SmolLM2-135M (mostly free text, rare calls)."""
+
+
+@dataclass
+class ClassProfile:
+    """Unweighted component values of one class, measured on real scored transcripts."""
+
+    format: float
+    schema: float
+    completion: float
+    tokens: float
+
+
+def measure_profiles(env: Any, count_tokens: Any, n_tasks: int = 4) -> dict[str, ClassProfile]:
+    """Score real transcripts of each class (built from the env's tasks and tools) with the lab's reward."""
+    from grpolab.probes import call_without_answer, dummy_tags, empty_call, padding
+    from grpolab.rewards import score_transcript
+
+    def wrong_result(env: Any, task: Any) -> str:
+        parts = env.reference_parts(task)
+        return "".join(t for t, _ in parts[:-1]) + "The result is 123.45."
+
+    def free_text(env: Any, task: Any) -> str:
+        return "I think it went up, roughly 15% or so, based on typical market behaviour for this kind of company."
+
+    builders = {"free_text_guess": free_text, "malformed_call": empty_call, "wrong_result_call": wrong_result,
+                "grounded_correct": lambda e, t: e.reference_transcript(t), "dummy_tags": dummy_tags,
+                "call_no_answer": call_without_answer, "verbose_correct": padding}  # fmt: skip
+    tasks = env.tasks("train")[:n_tasks]
+    unit = {"format": 1.0, "schema": 1.0, "completion": 1.0, "length": 1.0}
+    profiles = {}
+    for name, build in builders.items():
+        scores = [score_transcript(env, t, build(env, t), unit, 1, count_tokens=count_tokens) for t in tasks]
+        profiles[name] = ClassProfile(*(float(np.mean([s.components[k] for s in scores]))
+                                        for k in ("format", "schema", "completion", "length")))  # fmt: skip
+    return profiles
+
+
+def classify(row: dict[str, Any]) -> str:
+    """The class of a scored episode row (episodes.jsonl / eval rows), from its components and reasons."""
+    comp, reasons = row.get("components") or {}, row.get("reasons") or {}
+    tokens = row.get("tokens") or (comp.get("length") or 0) * 100
+    if comp.get("completion") == 1.0:
+        return "verbose_correct" if tokens > 250 else "grounded_correct"
+    valid = row.get("valid_calls", 0)
+    if valid and "no final answer" in str(reasons.get("completion", "")):
+        return "call_no_answer"
+    if valid:
+        return "wrong_result_call"
+    if "call" in str(reasons.get("schema", "")) and not str(reasons.get("schema", "")).startswith("no tool call"):
+        return "malformed_call"
+    if tokens < 30 and "<" in str(row.get("text", "")):
+        return "dummy_tags"
+    return "free_text_guess"
+
+
+def prior_from_rows(rows: list[dict[str, Any]], smoothing: float = 0.5) -> dict[str, float]:
+    counts = {c: smoothing for c in CLASSES}
+    for r in rows:
+        counts[classify(r)] += 1
+    total = sum(counts.values())
+    return {c: v / total for c, v in counts.items()}
+
+
+@dataclass
+class SimSettings:
+    weights: dict[str, float]
+    length_unit: int = 100
+    group_size: int = 8
+    prompts_per_step: int = 2
+    beta: float = 0.05
+    epsilon: float = 0.2
+    mu: int = 1
+    lr: float = 0.5
+    steps: int = 100
+    runs: int = 16
+    seed: int = 0
+    scale_rewards: bool = True
+
+    @classmethod
+    def from_config(cls, cfg: LabConfig, **overrides: Any) -> SimSettings:
+        base = dict(weights=cfg.reward.weights, length_unit=cfg.reward.length_unit, group_size=cfg.rollout.group_size,
+                    prompts_per_step=cfg.train.prompts_per_step, beta=cfg.grpo.beta, epsilon=cfg.grpo.epsilon,
+                    mu=cfg.grpo.mu, steps=cfg.train.steps, seed=cfg.seed, scale_rewards=cfg.grpo.scale_rewards)  # fmt: skip
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+def class_rewards(profiles: dict[str, ClassProfile], weights: dict[str, float], length_unit: int) -> np.ndarray:
+    """(K, 5): weighted F, S, C, L and total per class."""
+    out = np.zeros((len(CLASSES), 5))
+    for i, c in enumerate(CLASSES):
+        p = profiles[c]
+        f, s, comp = (
+            weights.get("format", 0) * p.format,
+            weights.get("schema", 0) * p.schema,
+            weights.get("completion", 0) * p.completion,
+        )
+        length = weights.get("length", 0) * p.tokens / length_unit
+        out[i] = (f, s, comp, length, f + s + comp + length)
+    return out
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimSettings) -> dict[str, Any]:
+    """Run `s.runs` seeded GRPO runs on the class policy; per-step means and a 10-90% band."""
+    rng = np.random.default_rng(s.seed)
+    K, R = len(CLASSES), s.runs
+    table = class_rewards(profiles, s.weights, s.length_unit)  # (K, 5)
+    reward = table[:, 4]  # (K,)
+    p0 = np.array([max(prior.get(c, 0.0), 1e-6) for c in CLASSES])
+    p0 = p0 / p0.sum()
+    log_p0 = np.log(p0)
+    theta = np.tile(log_p0, (R, 1))  # (R, K) logits
+    call = np.array([c in CALL_CLASSES for c in CLASSES], dtype=float)
+    hack = np.array([c in HACK_CLASSES for c in CLASSES], dtype=float)
+    success = (table[:, 2] > 0).astype(float) if s.weights.get("completion", 0) else np.array(
+        [profiles[c].completion for c in CLASSES])  # fmt: skip
+    history = np.zeros((s.steps + 1, R, K))
+    history[0] = _softmax(theta)
+    G, P = s.group_size, s.prompts_per_step
+    for t in range(1, s.steps + 1):
+        pi_old = history[t - 1]  # (R, K)
+        # a group of G samples is fully described by its class counts: sample those directly (exact, K-wide)
+        counts = rng.multinomial(G, np.broadcast_to(pi_old[:, None, :], (R, P, K)))  # (R, P, K)
+        mean = counts @ reward / G  # (R, P)
+        adv = reward[None, None, :] - mean[..., None]  # (R, P, K) advantage of each class within its group
+        if s.scale_rewards:
+            std = np.sqrt(np.maximum(counts @ reward**2 / G - mean**2, 0.0))
+            adv = adv / (std[..., None] + 1e-4)
+        weight = (counts * adv).sum(1) / (P * G)  # (R, K): sum over samples of A_i, by class
+        for _ in range(s.mu):
+            pi = _softmax(theta)
+            ratio = pi / pi_old
+            # the clipped surrogate's gradient vanishes where the clip binds in the advantage's direction
+            active = ~(((weight > 0) & (ratio > 1 + s.epsilon)) | ((weight < 0) & (ratio < 1 - s.epsilon)))
+            coef = weight * ratio * active  # d ratio / d theta = ratio * d log pi
+            grad = coef - coef.sum(-1, keepdims=True) * pi
+            # mirror-descent step with the KL(pi || pi_0) penalty taken in closed form (proximal), which stays
+            # stable for any beta: pi_new ~ (pi * exp(lr * grad)) ** (1 / (1 + lr * beta)) * pi_0 ** (lr * beta / ...)
+            shrink = s.lr * s.beta
+            theta = (theta + s.lr * grad + shrink * log_p0) / (1 + shrink)
+        history[t] = _softmax(theta)
+    curves = {
+        k: history @ table[:, j] for j, k in enumerate(("reward/F", "reward/S", "reward/C", "reward/L", "reward"))
+    }
+    curves["kl"] = (history * (np.log(history) - log_p0)).sum(-1)
+    curves["tool_call_prob"] = history @ call
+    curves["hack_mass"] = history @ hack
+    curves["success"] = history @ success
+    means = {k: v.mean(-1) for k, v in curves.items()}
+    bands = {k: np.percentile(v, [10, 90], axis=-1) for k, v in curves.items()}
+    iterations = []
+    for t in range(s.steps + 1):
+        row: dict[str, Any] = {"step": t}
+        for k in curves:
+            row[k] = float(means[k][t])
+            row[f"{k}/p10"], row[f"{k}/p90"] = float(bands[k][0, t]), float(bands[k][1, t])
+        iterations.append(row)
+    final = _softmax(theta).mean(0)
+    return {
+        "simulation": True,
+        "classes": {
+            c: {**vars(profiles[c]), "reward": float(reward[i]), "initial": float(p0[i]), "final": float(final[i])}
+            for i, c in enumerate(CLASSES)
+        },  # fmt: skip
+        "settings": {k: v for k, v in vars(s).items()},
+        "iterations": iterations,
+    }
+
+
+def sim_to_real(sim: dict[str, Any], real_rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean absolute difference between simulated and measured curves, per curve, on the steps both have."""
+    by_step = {row["step"]: row for row in sim["iterations"]}
+    gaps = {}
+    for key in ("tool_call_prob", "success"):
+        pairs = [(by_step[r["step"]][key], r[key]) for r in real_rows if r.get("step") in by_step and key in r]
+        if pairs:
+            gaps[key] = float(np.mean([abs(a - b) for a, b in pairs]))
+    return gaps

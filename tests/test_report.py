@@ -1,0 +1,50 @@
+"""The HTML report: built from a real tiny-model run, self-contained, rendered in headless Chromium."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from tests.test_trainer import _grpolab, _small_config
+
+    root = tmp_path_factory.mktemp("report")
+    out = root / "run"
+    proc = _grpolab("train", "--model", "tiny", "--steps", "2", "--out", str(out), "--quiet", "--config",
+                    str(_small_config(root)))  # fmt: skip
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    return out
+
+
+def test_report_is_written_and_self_contained(tiny_run):
+    page = (tiny_run / "report.html").read_text()
+    for needle in ("reward", "kl", "entropy", "tool_token_mass", "heldout/success", "Held-out evaluation",
+                   "Trajectories", "gameability probes", "dummy_tags"):  # fmt: skip
+        assert needle in page, needle
+    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")
+    assert page.count("<svg") >= 7
+
+
+def test_report_renders_in_chromium_without_console_errors(tiny_run):
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (CI installs it)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    errors = []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])  # fmt: skip
+        page = browser.new_page(viewport={"width": 1280, "height": 2000})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((tiny_run / "report.html").as_uri())
+        assert page.locator("h1").inner_text().startswith("grpolab run")
+        assert page.locator("svg").count() >= 7
+        page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=False)
+        browser.close()
+    assert errors == []

@@ -1,0 +1,102 @@
+"""The simulator: update math on the class policy, the seed's warning cases, calibration from real rows."""
+
+import numpy as np
+import pytest
+
+from grpolab.simulate import (
+    CLASSES,
+    DEFAULT_PRIOR,
+    ClassProfile,
+    SimSettings,
+    class_rewards,
+    classify,
+    measure_profiles,
+    prior_from_rows,
+    sim_to_real,
+    simulate,
+)
+
+DEFAULT = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
+
+
+@pytest.fixture(scope="module")
+def profiles(finance):
+    return measure_profiles(finance, lambda text: len(text) // 4)
+
+
+def run(profiles, weights=DEFAULT, **kw):
+    s = SimSettings(weights=weights, steps=kw.pop("steps", 150), runs=kw.pop("runs", 8), **kw)
+    return simulate(profiles, DEFAULT_PRIOR, s)["iterations"]
+
+
+def test_profiles_come_from_the_real_reward(profiles):
+    assert profiles["grounded_correct"].completion == 1.0 and profiles["grounded_correct"].schema == 1.0
+    assert profiles["free_text_guess"].completion == 0.0 and profiles["dummy_tags"].schema == 0.0
+    assert profiles["verbose_correct"].tokens > 3 * profiles["grounded_correct"].tokens
+
+
+def test_honest_reward_drives_success_up(profiles):
+    it = run(profiles)
+    assert it[0]["success"] < 0.1 and it[-1]["success"] > 0.8
+    assert it[-1]["reward"] > it[0]["reward"] and it[-1]["hack_mass"] < it[0]["hack_mass"]
+
+
+def test_warning_format_weight_without_completion_raises_dummy_tag_mass(profiles):
+    it = run(profiles, {"format": 5.0, "schema": 0.0, "completion": 0.0, "length": -0.05})
+    assert it[-1]["hack_mass"] > 0.8 and it[-1]["success"] < it[0]["success"]
+
+
+def test_warning_huge_length_penalty_skips_reasoning_and_calls(profiles):
+    it = run(profiles, {**DEFAULT, "length": -10.0})
+    assert it[-1]["tool_call_prob"] < it[0]["tool_call_prob"] / 2
+
+
+def test_warning_large_beta_barely_moves(profiles):
+    free = run(profiles)
+    pinned = run(profiles, beta=50.0)
+    assert pinned[-1]["kl"] < 0.05 < free[-1]["kl"]
+    assert abs(pinned[-1]["success"] - pinned[0]["success"]) < 0.05
+
+
+def test_equal_rewards_leave_the_policy_alone():
+    flat = {c: ClassProfile(1.0, 0.0, 0.0, 10.0) for c in CLASSES}
+    it = simulate(flat, DEFAULT_PRIOR, SimSettings(weights=DEFAULT, steps=20, runs=2))["iterations"]
+    assert it[-1]["kl"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_seeded_and_banded(profiles):
+    a, b = run(profiles, seed=3, steps=20), run(profiles, seed=3, steps=20)
+    assert a == b
+    assert all(r["success/p10"] <= r["success"] + 1e-9 <= r["success/p90"] + 2e-9 for r in a)
+
+
+def test_class_rewards_are_weighted_sums(profiles):
+    table = class_rewards(profiles, DEFAULT, 100)
+    i = CLASSES.index("grounded_correct")
+    expected = 1.0 + 1.5 + 3.0 - 0.05 * profiles["grounded_correct"].tokens / 100
+    assert table[i, 4] == pytest.approx(expected)
+    assert np.allclose(table[:, :4].sum(1), table[:, 4])
+
+
+def test_calibration_classifies_scored_rows():
+    rows = [
+        {"components": {"completion": 1.0}, "tokens": 90, "valid_calls": 2},
+        {"components": {"completion": 0.0}, "reasons": {"completion": "no final answer", "schema": "1/1 calls valid"},
+         "valid_calls": 1, "tokens": 40},
+        {"components": {"completion": 0.0}, "reasons": {"schema": "no tool call, but the task needs one"}, "tokens": 120,
+         "text": "I think it rose."},
+    ]  # fmt: skip
+    assert [classify(r) for r in rows] == ["grounded_correct", "call_no_answer", "free_text_guess"]
+    prior = prior_from_rows(rows)
+    assert sum(prior.values()) == pytest.approx(1.0) and prior["free_text_guess"] > prior["malformed_call"]
+
+
+def test_sim_to_real_gap():
+    sim = {
+        "iterations": [
+            {"step": 0, "success": 0.1, "tool_call_prob": 0.5},
+            {"step": 1, "success": 0.3, "tool_call_prob": 0.7},
+        ]
+    }
+    gap = sim_to_real(sim, [{"step": 1, "success": 0.5, "tool_call_prob": 0.7}])
+    assert gap == {"tool_call_prob": 0.0, "success": pytest.approx(0.2)}

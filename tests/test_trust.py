@@ -1,0 +1,103 @@
+"""Trusting the reward: probes, alarms and the report."""
+
+import json
+import math
+
+import pytest
+
+from grpolab.alarms import check_alarms, welch_t
+from grpolab.config import load_config
+from grpolab.preflight import _spread, recommend
+from grpolab.probes import PROBES, gameable_lines, run_probes
+
+DEFAULT = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
+FORMAT_ONLY = {"format": 5.0, "schema": 0.0, "completion": 0.0, "length": 0.0}
+
+
+def count(text: str) -> int:
+    return len(text) // 4
+
+
+def test_battery_has_at_least_ten_probes():
+    assert len(PROBES) >= 10
+
+
+@pytest.mark.parametrize("env_name", ["finance", "arithmetic"])
+def test_default_weights_are_not_gameable(request, env_name):
+    env = request.getfixturevalue(env_name)
+    results = run_probes(env, _spread(env.tasks("train"), 9) + _spread(env.tasks("heldout"), 3), DEFAULT, 100, count)
+    assert gameable_lines(results) == []
+    assert all(r.margin > 0 for r in results)
+
+
+def test_format_only_weights_are_gameable_by_dummy_tags(finance):
+    results = run_probes(finance, finance.tasks("train")[:3], FORMAT_ONLY, 100, count)
+    lines = gameable_lines(results)
+    assert any(line.startswith("gameable: dummy_tags beats honest work by 0.00") for line in lines), lines
+    assert "components format" in lines[0]
+
+
+def test_probes_never_beat_honest_on_completion(finance):
+    for r in run_probes(finance, finance.tasks("heldout")[:4], DEFAULT, 100, count):
+        assert r.score.components["completion"] == 0.0 or r.probe in ("call_loop", "padding"), r.probe
+
+
+def _rows(rewards, **extra):
+    return [{"step": i + 1, "reward/mean": r, "kl": 0.01, "entropy": 1.0, "completion_len": 50.0, **extra}
+            for i, r in enumerate(rewards)]  # fmt: skip
+
+
+def test_hacking_alarm_fires_when_reward_rises_and_heldout_does_not():
+    cfg = load_config()
+    rows = _rows([1.0, 1.1, 0.9, 2.5, 2.7, 2.6])
+    alarms = check_alarms(rows, {0: 0.3, 6: 0.3}, cfg)
+    assert "reward_hacking" in alarms and "Welch t" in alarms["reward_hacking"]
+    assert "reward_hacking" not in check_alarms(rows, {0: 0.3, 6: 0.6}, cfg)  # held-out improved: honest progress
+    assert "reward_hacking" not in check_alarms(_rows([1.0, 1.1, 0.9, 1.0, 1.05, 0.95]), {0: 0.3, 6: 0.3}, cfg)
+
+
+def test_recorded_format_hack_stream_raises_the_alarm():
+    """A metrics stream shaped like the seed's gameable run: format reward to its ceiling, success flat at 0."""
+    cfg = load_config(None, {"reward.weights": FORMAT_ONLY})
+    rewards = [2.0, 2.3, 2.1, 3.9, 4.6, 5.0, 5.0, 5.0]
+    heldout = {0: 0.0, 4: 0.0, 8: 0.0}
+    fired = [check_alarms(_rows(rewards[:n]), {k: v for k, v in heldout.items() if k <= n}, cfg) for n in range(1, 9)]
+    assert any("reward_hacking" in a for a in fired)
+
+
+def test_stability_alarms():
+    cfg = load_config()
+    rows = _rows([1, 1])
+    rows[-1].update({"kl": 0.5, "entropy": 0.01, "completion_len": 159.0})
+    alarms = check_alarms(rows, {}, cfg)
+    assert {"kl_bound", "entropy_collapse", "length_runaway"} <= set(alarms)
+
+
+def test_welch_t():
+    assert welch_t([1, 1], [2, 2]) == math.inf
+    assert welch_t([1, 2, 3], [1, 2, 3]) == 0
+    assert welch_t([0, 1, 0, 1], [2, 3, 2, 3]) > 2
+
+
+def test_recommendations_name_the_reason():
+    base = {"group_size": 8, "prompts": 4, "all_pass": [], "tool_call_prob": 0.5}
+    assert recommend({**base, "frac_zero_std": 1.0, "all_fail": ["a"] * 4, "tool_call_prob": 0.0}).startswith(
+        "no signal"
+    )
+    assert recommend({**base, "frac_zero_std": 1.0, "all_fail": ["a"] * 4}).startswith("too hard")
+    assert recommend({**base, "frac_zero_std": 1.0, "all_fail": [], "all_pass": ["a"] * 4}).startswith("too easy")
+    assert recommend({**base, "frac_zero_std": 0.75, "all_fail": ["a"] * 3}).startswith("weak signal")
+    assert recommend({**base, "frac_zero_std": 0.25, "all_fail": ["a"]}).startswith("learnable")
+
+
+def test_check_cli_flags_format_only_weights(tmp_path):
+    from tests.test_trainer import _grpolab
+
+    out = tmp_path / "preflight.json"
+    proc = _grpolab("check", "--env", "finance", "--model", "tiny", "--weights", "5,0,0,0", "--prompts", "1",
+                    "--group-size", "2", "--save", str(out))  # fmt: skip
+    assert proc.wait(timeout=300) == 1, proc.stderr.read()
+    report = json.loads(out.read_text())
+    assert any(line.startswith("gameable: dummy_tags") for line in report["gameable"])
+    assert {"dry_run", "probes", "learnability"} <= set(report)
+    assert report["learnability"]["tool_call_prob"] == 0.0
