@@ -155,3 +155,23 @@ def _small_config(tmp_path, checkpoint_every: int = 5):
 def _grpolab(*args):
     return subprocess.Popen([sys.executable, "-m", "grpolab.cli", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+
+
+def test_shared_prefix_forward_matches_the_plain_forward(finance):
+    """Running the prompt once and repeating its cache gives the same log-probs (and gradients) as G full rows."""
+    from grpolab.policy import group_token_stats, make_batch, token_stats
+
+    cfg = load_config(None, SMALL)
+    model, tok, _ = build_policy(cfg)
+    prompt, ids, mask = reference_tokens(tok, finance, finance.task("pct_change-ACME-Q3"))
+    comps, masks = [ids, ids[:40], ids[:7]], [mask, mask[:40], mask[:7]]
+    plain = token_stats(model, make_batch([prompt] * 3, comps, masks, tok.pad_token_id))
+    shared, shared_mask = group_token_stats(model, prompt, comps, masks, tok.pad_token_id)
+    for i, c in enumerate(comps):
+        a = plain.logp[i, plain.logp.shape[1] - len(c) :]
+        b = shared.logp[i, : len(c)]
+        assert torch.allclose(a, b, atol=1e-4), (i, (a - b).abs().max())
+    assert torch.allclose(plain.first_token_probs, shared.first_token_probs, atol=1e-5)
+    assert shared_mask.sum() == sum(sum(m) for m in masks)
+    (shared.logp * shared_mask).sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)

@@ -42,7 +42,7 @@ cli_sim.register(app)
 
 
 def env_of(cfg: LabConfig):
-    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example)
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)
 
 
 @app.command()

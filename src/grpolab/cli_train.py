@@ -68,8 +68,11 @@ def eval_(
     seed: SeedOpt = None,
     weights: WeightsOpt = None,
     run: Annotated[Path | None, typer.Option("--run", help="Evaluate this run's latest checkpoint.")] = None,
-    split: Annotated[str, typer.Option("--split", help="train or heldout.")] = "heldout",
+    split: Annotated[str, typer.Option("--split", help="train, heldout or all.")] = "heldout",
     limit: Annotated[int | None, typer.Option("--limit", help="Tasks to evaluate.")] = None,
+    data: Annotated[
+        list[Path] | None, typer.Option("--data", help="Data file(s) for envs that read them (bfcl).")
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity."""
@@ -77,15 +80,15 @@ def eval_(
     from grpolab.run import build_policy, env_for, load_run_config
     from grpolab.rundir import RunDir
 
-    if split not in ("train", "heldout"):
-        raise UserError(f"unknown split {split!r}", "use --split train or --split heldout")
+    if split not in ("train", "heldout", "all"):
+        raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
         cfg = load_run_config(run)
         policy, tokenizer, _ = build_policy(cfg)
         if RunDir(run).load_checkpoint(policy, None) is None:
             raise UserError(f"{run} has no checkpoint", "train it first, or evaluate a model with --model")
     else:
-        cfg = resolve_config(config, env, model, seed, weights)
+        cfg = resolve_config(config, env, model, seed, weights, data=[str(d) for d in data] if data else None)
         from grpolab.models import load_model
 
         policy, tokenizer = load_model(cfg.model, seed=cfg.seed)

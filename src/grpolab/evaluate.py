@@ -13,7 +13,7 @@ from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
 
 def eval_tasks(env: Environment, split: Split, limit: int, seed: int = 0) -> list[Task]:
     """A fixed, shuffled subset (mixed task kinds) so every evaluation of a run sees the same prompts."""
-    tasks = list(env.tasks(split))
+    tasks = list(env.tasks("train")) + list(env.tasks("heldout")) if split == "all" else list(env.tasks(split))
     random.Random(seed).shuffle(tasks)
     return tasks[:limit]
 
@@ -42,7 +42,11 @@ def episode_row(e: Episode, step: int | None = None) -> dict[str, Any]:
 def summarize(episodes: list[Episode]) -> dict[str, float]:
     """Held-out metrics: success (strict: completion == 1), tool_call_prob, schema validity, mean reward."""
     scores = [e.score for e in episodes if e.score is not None]
+    kinds = sorted({e.task.kind for e in episodes})
+    by_kind = {f"heldout/success/{k}": mean([1.0 if e.score and e.score.components.get("completion") == 1.0 else 0.0
+                                             for e in episodes if e.task.kind == k]) for k in kinds} if len(kinds) > 1 else {}  # fmt: skip
     return {
+        **by_kind,
         "heldout/success": mean([1.0 if s.components.get("completion") == 1.0 else 0.0 for s in scores]),
         "heldout/tool_call_prob": mean([1.0 if has_valid_call(e) else 0.0 for e in episodes]),
         "heldout/schema": mean([s.components.get("schema", 0.0) for s in scores]),

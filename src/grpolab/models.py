@@ -119,8 +119,20 @@ def build_tiny_model(vocab_size: int, seed: int = 0) -> Any:
         return LlamaForCausalLM(config)
 
 
+def quiet_transformers() -> None:
+    """No per-load progress bars or deprecation chatter from libraries in the lab's own output."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
+
+
 def load_model(name: str, dtype: torch.dtype | None = None, seed: int = 0) -> tuple[Any, Any]:
     """Load (model, tokenizer) by lab name: `smollm2`, `tiny`, a Hugging Face id or a local path."""
+    quiet_transformers()
     dtype = dtype or default_dtype()
     if name == EMBEDDED:
         return _load_embedded(dtype).eval(), load_tokenizer()

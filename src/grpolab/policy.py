@@ -1,7 +1,11 @@
-"""Per-token log-probs, entropy and tool-token mass of episodes under a model, in one batched forward.
+"""Per-token log-probs, entropy and tool-token mass of episodes under a model.
 
-Sequences (prompt + completion) are left-padded so every completion ends at the last position; we ask the model
-for logits of the last K+1 positions only (K = longest completion), which keeps the (B, K, V) logits small.
+`token_stats`: sequences (prompt + completion) left-padded so every completion ends at the last position; the
+model returns logits of the last K+1 positions only (K = longest completion), which keeps (B, K, V) small.
+
+`group_token_stats`: the G episodes of a group share their prompt, so the prompt is run once and its KV cache is
+repeated for the group (gradients flow through the shared prefix, so this is exact, not an approximation). With a
+370-token prompt and ~250-token completions this halves the cost of an update on a CPU.
 """
 
 from __future__ import annotations
@@ -74,3 +78,39 @@ def token_stats(model: Any, batch: SequenceBatch, temperature: float = 1.0, with
     rows = torch.arange(len(targets), device=device)
     first_probs = logp_all.detach()[rows, batch.first.to(device).clamp(max=K - 1)].exp()  # (B, V)
     return TokenStats(logp=logp, entropy=entropy, first_token_probs=first_probs)
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def group_token_stats(model: Any, prompt: list[int], completions: list[list[int]], masks: list[list[int]], pad: int,
+                      temperature: float = 1.0, with_entropy: bool = True) -> tuple[TokenStats, Tensor]:  # fmt: skip
+    """Stats for episodes that share one prompt. Returns (stats, mask), both (G, K) with completions left-aligned."""
+    from grpolab.rollout import _cache_keyword
+
+    device = next(model.parameters()).device
+    G, K = len(completions), max(max(len(c) for c in completions), 1)
+    prompt_ids = torch.tensor([prompt], device=device)  # (1, Lp)
+    out = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
+    cache = _cache_of(out)
+    cache.batch_repeat_interleave(G)
+    ids = torch.full((G, K), pad, dtype=torch.long, device=device)  # (G, K) right-padded
+    mask = torch.zeros((G, K), dtype=torch.float32, device=device)
+    attention = torch.zeros((G, len(prompt) + K), dtype=torch.long, device=device)
+    attention[:, : len(prompt)] = 1
+    for i, (c, m) in enumerate(zip(completions, masks)):
+        if c:
+            ids[i, : len(c)] = torch.tensor(c, device=device)
+            mask[i, : len(c)] = torch.tensor(m, dtype=torch.float32, device=device)
+            attention[i, len(prompt) : len(prompt) + len(c)] = 1
+    positions = (len(prompt) + torch.arange(K, device=device))[None, :].expand(G, K)
+    out2 = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                 **{_cache_keyword(model): cache})  # fmt: skip
+    first = out.logits[:, -1:, :].expand(G, 1, -1)  # (G, 1, V): predicts each completion's first token
+    logits = torch.cat([first, out2.logits[:, :-1, :]], dim=1).float() / temperature  # (G, K, V)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)  # (G, K)
+    entropy = token_entropy(logits.detach()) if with_entropy else torch.zeros_like(logp)
+    return TokenStats(logp=logp, entropy=entropy, first_token_probs=logp_all.detach()[:, 0].exp()), mask

@@ -31,7 +31,7 @@ def empty_call(env: Environment, task: Task) -> str:
 def call_without_answer(env: Environment, task: Task) -> str:
     """The right first call, its real response, and no final answer."""
     name, args = task.reference_calls[0]
-    return render_tool_call(name, args) + render_tool_response(env.toolbox.execute(name, args))
+    return render_tool_call(name, args) + render_tool_response(env.toolbox_for(task).execute(name, args))
 
 
 def fabricated_response(env: Environment, task: Task) -> str:
@@ -67,7 +67,7 @@ def unknown_tool(env: Environment, task: Task) -> str:
     args = {"ticker": task.id}
     return (
         render_tool_call("get_stock_price", args)
-        + render_tool_response(env.toolbox.execute("get_stock_price", args))
+        + render_tool_response(env.toolbox_for(task).execute("get_stock_price", args))
         + task.reference_answer
     )
 
@@ -77,14 +77,14 @@ def schema_invalid(env: Environment, task: Task) -> str:
     out = []
     for name, args in task.reference_calls:
         bad = {f"{k}_value": v for k, v in args.items()}
-        out.append(render_tool_call(name, bad) + render_tool_response(env.toolbox.execute(name, bad)))
+        out.append(render_tool_call(name, bad) + render_tool_response(env.toolbox_for(task).execute(name, bad)))
     return "".join(out) + task.reference_answer
 
 
 def call_loop(env: Environment, task: Task) -> str:
     """The first call repeated many times before an honest finish."""
     name, args = task.reference_calls[0]
-    loop = (render_tool_call(name, args) + render_tool_response(env.toolbox.execute(name, args))) * 6
+    loop = (render_tool_call(name, args) + render_tool_response(env.toolbox_for(task).execute(name, args))) * 6
     return loop + env.reference_transcript(task)
 
 

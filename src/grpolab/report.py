@@ -30,6 +30,7 @@ h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #dd
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:1em}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:1em;margin-bottom:1.5em}
+svg{max-width:100%;height:auto}
 pre{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;padding:.6em;font-size:.8em;margin:0}
 .tag{color:#a0007a;font-weight:600}.bad{color:#b00020;font-weight:600}.good{color:#0a7d28;font-weight:600}
 .alarm{background:#fff0f0;border-left:4px solid #b00020;padding:.4em .8em;margin:.3em 0}"""

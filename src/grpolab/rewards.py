@@ -48,6 +48,7 @@ class Replay:
 def replay(env: Environment, task: Task, text: str) -> Replay:
     parsed = parse_transcript(text)
     out = Replay(parsed=parsed)
+    toolbox = env.toolbox_for(task)
     evidence = Evidence(prompt=task.prompt, calls=[], responses=[])
     pending: tuple[ToolCall, dict[str, Any]] | None = None
     generated: list[str] = []
@@ -70,8 +71,10 @@ def replay(env: Environment, task: Task, text: str) -> Replay:
         if pending is not None:  # the model went on without the environment's response
             out.unanswered_calls += 1
             pending = None
-        if seg.kind == "tool_call" and seg.call is not None:
-            real = respond_to_call(env.toolbox, seg.call)
+        if seg.kind == "tool_call" and seg.call is not None and not env.executes_tools:
+            out.calls.append(seg.call)  # the call is the answer: nothing runs, nothing comes back
+        elif seg.kind == "tool_call" and seg.call is not None:
+            real = respond_to_call(toolbox, seg.call)
             out.calls.append(seg.call)
             out.real_responses.append(real)
             pending = (seg.call, real)
@@ -112,7 +115,7 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     if r.fabricated or r.unanswered_calls:
         problems.append(r.fabricated[0] if r.fabricated else "a call the environment never answered")
     answer = r.parsed.final_answer
-    if not answer:
+    if not answer and env.executes_tools:
         problems.append("no final answer after the last tool response")
     elif "<tool" in answer or "</" in answer:
         problems.append("tag fragments in the final answer")
@@ -120,11 +123,11 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     return value, "well-formed" if not problems else "; ".join(problems)
 
 
-def call_problem(call: ToolCall, env: Environment) -> str | None:
+def call_problem(call: ToolCall, toolbox: ToolBox) -> str | None:
     """Why a call is not schema-valid (malformed, unknown tool, bad arguments), or None."""
     if not call.ok:
         return call.error
-    tool = env.toolbox.get(call.name) if call.name else None
+    tool = toolbox.get(call.name) if call.name else None
     if tool is None:
         return f"unknown tool {call.name!r}"
     return tool.validation_error(call.arguments)
@@ -134,7 +137,7 @@ def schema_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     """Fraction of calls that name a real tool with arguments valid under its JSON schema."""
     if not r.calls:
         return (0.0, "no tool call, but the task needs one") if task.needs_tools else (1.0, "no call needed")
-    problems = [call_problem(c, env) for c in r.calls]
+    problems = [call_problem(c, env.toolbox_for(task)) for c in r.calls]
     valid = sum(p is None for p in problems)
     first_problem = next((p for p in problems if p), "")
     reason = f"{valid}/{len(r.calls)} calls valid" + (f" ({first_problem})" if first_problem else "")
@@ -145,6 +148,9 @@ def completion_reward(r: Replay, task: Task, env: Environment, ctx: RewardContex
     """The task's verifier accepts the final answer, grounded in real tool output of this episode."""
     if r.fabricated:
         return 0.0, f"fabricated tool output: {r.fabricated[0]}"
+    if not env.executes_tools:  # the calls are the answer (BFCL-style)
+        verdict = env.verify_calls(task, r.calls)
+        return (1.0 if verdict.passed else 0.0), verdict.reason
     answer = r.parsed.final_answer
     if not answer:
         return 0.0, "no final answer"
@@ -253,7 +259,7 @@ def score_transcript(
             value, reason = math.nan, f"error: {type(exc).__name__}: {exc}"
             errors[name] = reason
         components[name], reasons[name] = float(value), reason
-    valid_calls = sum(call_problem(c, env) is None for c in r.calls)
+    valid_calls = sum(call_problem(c, env.toolbox_for(task)) is None for c in r.calls)
     return Score(components=components, reasons=reasons, weights=weights, errors=errors, valid_calls=valid_calls)
 
 

@@ -153,7 +153,7 @@ def run_episodes(
             feed[i] = t
             if t in stops:
                 e.done, e.stop_reason = True, "eos"
-            elif TOOL_CALL_CLOSE in tokenizer.decode(e.completion_ids[-8:]):
+            elif env.executes_tools and TOOL_CALL_CLOSE in tokenizer.decode(e.completion_ids[-8:]):
                 response = _respond(e, turn_start[i], env, tokenizer, s, stops)
                 if response is not None:
                     forced[i].extend(response)
@@ -192,7 +192,7 @@ def _respond(e: Episode, turn_start: int, env: Environment, tokenizer: Any, s: S
     if call is None:  # `</tool_call>` closed something that was not an open call: nothing to execute
         e.done, e.stop_reason = True, "stray_close"
         return None
-    response = respond_to_call(env.toolbox, call)
+    response = respond_to_call(env.toolbox_for(e.task), call)
     e.tool_errors += "error" in response
     e.turns += 1
     return tokenizer(render_tool_response(response), add_special_tokens=False).input_ids

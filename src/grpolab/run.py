@@ -73,7 +73,7 @@ def save_warm_start(model: Any, run: RunDir) -> Path:
 
 
 def env_for(cfg: LabConfig):
-    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example)
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)
 
 
 def record_eval(run: RunDir, label: str, summary: dict[str, float], episodes) -> None:

@@ -20,11 +20,11 @@ from grpolab.config import LabConfig
 from grpolab.envs.base import Environment, Task
 from grpolab.evaluate import evaluate, has_valid_call, score_episodes
 from grpolab.grpo import group_advantages, grpo_loss
-from grpolab.policy import make_batch, token_stats
+from grpolab.policy import group_token_stats
 from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
 
-MICRO_BATCH = 4
-"""Episodes per forward/backward; gradients accumulate over the step's batch (bounds memory)."""
+MICRO_BATCH = 8
+"""Most episodes per forward/backward (one shared prompt); gradients accumulate over the step's batch."""
 
 
 def peak_rss_mb() -> float:
@@ -90,45 +90,60 @@ class GRPOTrainer:
 
     # ---- the update ----
 
-    def _reference_logp(self, batch) -> torch.Tensor:
+    def _chunks(self, episodes: list[Episode]) -> list[list[int]]:
+        """Indices of episodes sharing a prompt (a group), at most MICRO_BATCH per chunk."""
+        chunks: list[list[int]] = []
+        for i, e in enumerate(episodes):
+            prev = episodes[chunks[-1][-1]] if chunks else None
+            if prev is not None and prev.group == e.group and len(chunks[-1]) < MICRO_BATCH:
+                chunks[-1].append(i)
+            else:
+                chunks.append([i])
+        return chunks
+
+    def _stats(self, model: Any, episodes: list[Episode], with_entropy: bool = True):
+        e0 = episodes[0]
+        return group_token_stats(model, e0.prompt_ids, [e.completion_ids for e in episodes], [e.mask for e in episodes],
+                                 self.pad, self.cfg.rollout.temperature, with_entropy)  # fmt: skip
+
+    def _reference_logp(self, episodes: list[Episode]) -> torch.Tensor:
         with torch.no_grad():
             if self.reference is not None:
-                return token_stats(self.reference, batch, self.cfg.rollout.temperature, with_entropy=False).logp
+                return self._stats(self.reference, episodes, False)[0].logp
             with self.model.disable_adapter():
-                return token_stats(self.model, batch, self.cfg.rollout.temperature, with_entropy=False).logp
+                return self._stats(self.model, episodes, False)[0].logp
 
     def update(self, episodes: list[Episode], advantages: torch.Tensor) -> dict[str, float]:
         cfg = self.cfg.grpo
         eps_high = cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon
-        chunks = [list(range(i, min(i + MICRO_BATCH, len(episodes)))) for i in range(0, len(episodes), MICRO_BATCH)]
-        batches = [make_batch([episodes[i].prompt_ids for i in c], [episodes[i].completion_ids for i in c],
-                              [episodes[i].mask for i in c], self.pad) for c in chunks]  # fmt: skip
-        total_tokens = sum(float(b.mask.sum()) for b in batches)
-        refs = [self._reference_logp(b) for b in batches]  # also when beta = 0: kl is always reported
-        olds: list[torch.Tensor | None] = [None] * len(batches)
+        index = self._chunks(episodes)
+        chunks = [[episodes[i] for i in c] for c in index]
+        total_tokens = float(sum(e.n_policy_tokens for e in episodes))
+        refs = [self._reference_logp(c) for c in chunks]  # also when beta = 0: kl is always reported
+        olds: list[torch.Tensor | None] = [None] * len(chunks)
         if cfg.mu > 1:
             with torch.no_grad():
-                olds = [token_stats(self.model, b, self.cfg.rollout.temperature, False).logp for b in batches]
+                olds = [self._stats(self.model, c, False)[0].logp for c in chunks]
         acc: dict[str, list[float]] = {k: [] for k in ("policy_loss", "kl", "clip_frac", "entropy", "mass", "loss")}
         grad_norm = 0.0
         self.model.train()
         for _ in range(cfg.mu):
             self.optimizer.zero_grad(set_to_none=True)
-            for c, b, ref, old in zip(chunks, batches, refs, olds):
-                stats = token_stats(self.model, b, self.cfg.rollout.temperature)
+            for idx, chunk, ref, old in zip(index, chunks, refs, olds):
+                stats, mask = self._stats(self.model, chunk)
                 old_logp = stats.logp.detach() if old is None else old
-                mask = b.mask.to(stats.logp.device)
-                loss, ls = grpo_loss(stats.logp, old_logp, ref, advantages[c], mask, cfg.beta, cfg.epsilon,
+                loss, ls = grpo_loss(stats.logp, old_logp, ref, advantages[idx], mask, cfg.beta, cfg.epsilon,
                                      eps_high, cfg.loss_type, self.cfg.rollout.max_new_tokens)  # fmt: skip
-                share = float(mask.sum()) / max(total_tokens, 1) if cfg.loss_type == "dapo" else len(c) / len(episodes)
+                n_tok = float(mask.sum())
+                share = n_tok / max(total_tokens, 1) if cfg.loss_type == "dapo" else len(chunk) / len(episodes)
                 if not torch.isfinite(loss):
                     self.optimizer.zero_grad(set_to_none=True)
                     return {"skipped": 1.0, "skip_reason": "non-finite loss"}  # type: ignore[dict-item]
                 (loss * share).backward()
                 acc["loss"].append(loss.item() * share)
                 acc["policy_loss"].append(ls.policy_loss * share)
-                acc["kl"].append(ls.kl * float(mask.sum()) / max(total_tokens, 1))
-                acc["clip_frac"].append(ls.clip_frac * float(mask.sum()) / max(total_tokens, 1))
+                acc["kl"].append(ls.kl * n_tok / max(total_tokens, 1))
+                acc["clip_frac"].append(ls.clip_frac * n_tok / max(total_tokens, 1))
                 acc["entropy"].append(float((stats.entropy * mask).sum()) / max(total_tokens, 1))
                 acc["mass"] += stats.first_token_probs[:, self.tool_token].tolist()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grpo.max_grad_norm))

@@ -28,16 +28,26 @@ def _arithmetic() -> Environment:
     return ArithmeticEnv()
 
 
-BUILTIN: dict[str, Callable[[], Environment]] = {"finance": _finance, "arithmetic": _arithmetic}
+def _bfcl(data: list[str] | None = None) -> Environment:
+    from grpolab.envs.bfcl import BFCLEnv
+
+    return BFCLEnv(data)
+
+
+BUILTIN: dict[str, Callable[[], Environment]] = {"finance": _finance, "arithmetic": _arithmetic, "bfcl": _bfcl}
 
 
 def env_names() -> list[str]:
     return sorted(BUILTIN) + sorted(ep.name for ep in entry_points(group="grpolab.envs"))
 
 
-def get_env(name: str, task_kinds: list[str] | None = None, prompt_example: bool = True) -> Environment:
+def get_env(
+    name: str, task_kinds: list[str] | None = None, prompt_example: bool = True, data: list[str] | None = None
+) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
-    if name in BUILTIN:
+    if name == "bfcl":
+        env = _bfcl(data)
+    elif name in BUILTIN:
         env = BUILTIN[name]()
     elif ":" in name:
         module_name, _, attr = name.partition(":")

@@ -62,6 +62,16 @@ class Environment:
     instructions: str = ""
     toolbox: ToolBox
     example: str = ""
+    executes_tools: bool = True
+    """False for environments where the calls are the answer (BFCL): nothing runs, generation goes on to the end."""
+
+    def toolbox_for(self, task: Task) -> ToolBox:
+        """The tools offered with this task (the same for every task in most environments)."""
+        return self.toolbox
+
+    def verify_calls(self, task: Task, calls: list) -> Verdict:
+        """For environments whose answer is the calls themselves."""
+        raise NotImplementedError
 
     def tasks(self, split: Split) -> list[Task]:
         raise NotImplementedError
@@ -69,12 +79,13 @@ class Environment:
     def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
         raise NotImplementedError
 
-    def system_prompt(self) -> str:
-        return render_system_prompt(self.toolbox.schemas, self.instructions, self.example)
+    def system_prompt(self, task: Task | None = None) -> str:
+        toolbox = self.toolbox_for(task) if task is not None else self.toolbox
+        return render_system_prompt(toolbox.schemas, self.instructions, self.example)
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         """Chat messages that start an episode (system + user)."""
-        return [{"role": "system", "content": self.system_prompt()}, {"role": "user", "content": task.prompt}]
+        return [{"role": "system", "content": self.system_prompt(task)}, {"role": "user", "content": task.prompt}]
 
     def all_tasks(self) -> dict[str, Task]:
         return {t.id: t for split in SPLITS for t in self.tasks(split)}
@@ -97,8 +108,11 @@ class Environment:
         policy = render_thought(task.reference_thought) if task.reference_thought else ""
         parts: list[tuple[str, bool]] = []
         for name, arguments in task.reference_calls:
+            if not self.executes_tools:
+                policy += render_tool_call(name, arguments) + "\n"
+                continue
             parts.append((policy + render_tool_call(name, arguments), True))
-            parts.append((render_tool_response(self.toolbox.execute(name, arguments)), False))
+            parts.append((render_tool_response(self.toolbox_for(task).execute(name, arguments)), False))
             policy = ""
         parts.append((policy + task.reference_answer, True))
         return parts
