@@ -50,3 +50,18 @@ def test_report_renders_in_chromium_without_console_errors(tiny_run):
         page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=False)
         browser.close()
     assert errors == []
+
+
+def test_eval_and_compare_read_a_run(tiny_run, capsys, tmp_path):
+    import json
+
+    from tests.test_cli import run
+
+    code, out, _ = run(capsys, "eval", "--run", str(tiny_run), "--limit", "2", "--json")
+    assert code == 0 and json.loads(out)["heldout/n"] == 2.0
+    page = tmp_path / "compare.html"
+    code, out, _ = run(capsys, "compare", "--run", str(tiny_run), "--limit", "2", "--json", "--html", str(page))
+    data = json.loads(out)
+    assert code == 0 and len(data["left"]["episodes"]) == len(data["right"]["episodes"]) == 2
+    assert [e["task_id"] for e in data["left"]["episodes"]] == [e["task_id"] for e in data["right"]["episodes"]]
+    assert "not verified" in page.read_text()

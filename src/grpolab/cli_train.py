@@ -77,16 +77,12 @@ def eval_(
 ) -> None:
     """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity."""
     from grpolab.evaluate import evaluate
-    from grpolab.run import build_policy, env_for, load_run_config
-    from grpolab.rundir import RunDir
+    from grpolab.run import env_for, load_run_policy
 
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
-        cfg = load_run_config(run)
-        policy, tokenizer, _ = build_policy(cfg)
-        if RunDir(run).load_checkpoint(policy, None) is None:
-            raise UserError(f"{run} has no checkpoint", "train it first, or evaluate a model with --model")
+        policy, tokenizer, cfg = load_run_policy(run)
     else:
         cfg = resolve_config(config, env, model, seed, weights, data=[str(d) for d in data] if data else None)
         from grpolab.models import load_model

@@ -20,7 +20,6 @@ from grpolab.cli_common import (
     print_json,
     resolve_config,
 )
-from grpolab.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -92,17 +91,11 @@ def _print(report: dict) -> None:
 def _policy_for(spec: str, cfg_default):
     """A model by lab name or a run directory (its latest checkpoint); 'base' = the run's base model."""
     from grpolab.models import load_model
-    from grpolab.run import build_policy, load_run_config
-    from grpolab.rundir import RunDir
+    from grpolab.run import load_run_policy
 
     path = Path(spec)
     if (path / "config.json").is_file():
-        cfg = load_run_config(path)
-        warm = path / "sft" / "trainable.pt"
-        model, tok, _ = build_policy(cfg, warm if warm.is_file() else None)
-        if RunDir(path).load_checkpoint(model, None) is None:
-            raise UserError(f"{path} has no checkpoint", "train it first")
-        return model, tok, cfg
+        return load_run_policy(path)
     model, tok = load_model(spec, seed=cfg_default.seed)
     return model, tok, cfg_default
 

@@ -72,6 +72,16 @@ def save_warm_start(model: Any, run: RunDir) -> Path:
     return path
 
 
+def load_run_policy(path: Path) -> tuple[Any, Any, LabConfig]:
+    """(policy, tokenizer, config) of a run directory at its latest checkpoint (SFT warm start included)."""
+    cfg = load_run_config(path)
+    warm = path / "sft" / "trainable.pt"
+    model, tokenizer, _ = build_policy(cfg, warm if warm.is_file() else None)
+    if RunDir(path).load_checkpoint(model, None) is None:
+        raise UserError(f"{path} has no checkpoint", "train it first, or evaluate a model with --model")
+    return model, tokenizer, cfg
+
+
 def env_for(cfg: LabConfig):
     return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)
 
