@@ -55,7 +55,7 @@ def simulate(
     from grpolab.models import load_tokenizer
     from grpolab.run import env_for
     from grpolab.rundir import read_jsonl
-    from grpolab.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, prior_from_rows, sim_to_real
+    from grpolab.simulate import DEFAULT_PRIOR, SimSettings, fit_lr, measure_profiles, prior_from_rows, sim_to_real
     from grpolab.simulate import simulate as run_sim
 
     cfg = resolve_config(config, env, seed=seed, weights=weights)
@@ -66,7 +66,13 @@ def simulate(
     result = run_sim(profiles, prior, SimSettings.from_config(cfg, steps=steps, runs=runs, beta=beta, lr=lr))
     result["prior_source"] = str(source) if source else "documented default (SmolLM2-135M base: mostly free text)"
     if real is not None:
-        result["sim_to_real"] = sim_to_real(result, read_jsonl(real / "metrics.jsonl"))
+        real_rows = read_jsonl(real / "metrics.jsonl")
+        if not real_rows:
+            raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
+        result["sim_to_real"] = sim_to_real(result, real_rows)
+        settings = SimSettings.from_config(cfg, steps=max(r["step"] for r in real_rows), runs=runs, beta=beta, lr=lr)
+        fitted_lr, fitted_gap = fit_lr(profiles, prior, settings, real_rows)
+        result["sim_to_real_fitted"] = {"lr": fitted_lr, "gap": fitted_gap}
     if json:
         print_json(result)
         return
@@ -77,4 +83,7 @@ def simulate(
     console.print(f"after {steps} steps: reward {last['reward']:+.2f}, kl {last['kl']:.3f}, tool_call_prob "
                   f"{last['tool_call_prob']:.0%}, hack_mass {last['hack_mass']:.0%}, success {last['success']:.0%}")  # fmt: skip
     if "sim_to_real" in result:
-        console.print(f"sim-to-real gap (mean |sim - real|): {result['sim_to_real']}")
+        gap = {k: round(v, 3) for k, v in result["sim_to_real"].items()}
+        fit = result["sim_to_real_fitted"]
+        console.print(f"sim-to-real gap (mean |sim - real| per step) at lr={lr}: {gap}")
+        console.print(f"best-fitting lr={fit['lr']:.3g}: gap { ({k: round(v, 3) for k, v in fit['gap'].items()}) }")

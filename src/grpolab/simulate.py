@@ -154,26 +154,34 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     history = np.zeros((s.steps + 1, R, K))
     history[0] = _softmax(theta)
     G, P = s.group_size, s.prompts_per_step
+    uniforms = rng.random((s.steps, R, P, G))  # drawn at once: per-call overhead dominates at this size
+    shrink = s.lr * s.beta
+    reward_sq = reward**2
     for t in range(1, s.steps + 1):
         pi_old = history[t - 1]  # (R, K)
-        # a group of G samples is fully described by its class counts: sample those directly (exact, K-wide)
-        counts = rng.multinomial(G, np.broadcast_to(pi_old[:, None, :], (R, P, K)))  # (R, P, K)
+        cdf = pi_old.cumsum(-1)
+        cdf[:, -1] = 1.0  # guard against rounding: every uniform lands in some class
+        # a group is fully described by its class counts: count the group's uniforms below each cdf step
+        below = (uniforms[t - 1][..., None] < cdf[:, None, None, :]).sum(-2)  # (R, P, K)
+        counts = below.copy()  # (R, P, K)
+        counts[..., 1:] -= below[..., :-1]
         mean = counts @ reward / G  # (R, P)
-        adv = reward[None, None, :] - mean[..., None]  # (R, P, K) advantage of each class within its group
+        adv = reward - mean[..., None]  # (R, P, K) advantage of each class within its group
         if s.scale_rewards:
-            std = np.sqrt(np.maximum(counts @ reward**2 / G - mean**2, 0.0))
-            adv = adv / (std[..., None] + 1e-4)
-        weight = (counts * adv).sum(1) / (P * G)  # (R, K): sum over samples of A_i, by class
-        for _ in range(s.mu):
-            pi = _softmax(theta)
-            ratio = pi / pi_old
-            # the clipped surrogate's gradient vanishes where the clip binds in the advantage's direction
-            active = ~(((weight > 0) & (ratio > 1 + s.epsilon)) | ((weight < 0) & (ratio < 1 - s.epsilon)))
-            coef = weight * ratio * active  # d ratio / d theta = ratio * d log pi
+            adv = adv / (np.sqrt(np.maximum(counts @ reward_sq / G - mean**2, 0.0))[..., None] + 1e-4)
+        weight = (counts * adv).sum(1) / (P * G)  # (R, K): the group's advantages summed by class
+        for epoch in range(s.mu):
+            if epoch == 0:  # ratio = 1 on the first epoch: nothing is clipped yet
+                pi, coef = pi_old, weight
+            else:
+                pi = _softmax(theta)
+                ratio = pi / pi_old
+                # the clipped surrogate's gradient vanishes where the clip binds in the advantage's direction
+                active = ~(((weight > 0) & (ratio > 1 + s.epsilon)) | ((weight < 0) & (ratio < 1 - s.epsilon)))
+                coef = weight * ratio * active  # d ratio / d theta = ratio * d log pi
             grad = coef - coef.sum(-1, keepdims=True) * pi
             # mirror-descent step with the KL(pi || pi_0) penalty taken in closed form (proximal), which stays
-            # stable for any beta: pi_new ~ (pi * exp(lr * grad)) ** (1 / (1 + lr * beta)) * pi_0 ** (lr * beta / ...)
-            shrink = s.lr * s.beta
+            # stable for any beta: pi_new ~ ((pi * exp(lr * grad)) * pi_0 ** (lr * beta)) ** (1 / (1 + lr * beta))
             theta = (theta + s.lr * grad + shrink * log_p0) / (1 + shrink)
         history[t] = _softmax(theta)
     curves = {
@@ -213,3 +221,18 @@ def sim_to_real(sim: dict[str, Any], real_rows: list[dict[str, Any]]) -> dict[st
         if pairs:
             gaps[key] = float(np.mean([abs(a - b) for a, b in pairs]))
     return gaps
+
+
+def fit_lr(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimSettings,
+           real_rows: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """The simulator step size that best matches a real run (summed sim-to-real gap over a log grid)."""
+    from dataclasses import replace
+
+    best: tuple[float, float, dict[str, float]] | None = None
+    for lr in np.geomspace(0.003, 3.0, 25):
+        gaps = sim_to_real(simulate(profiles, prior, replace(s, lr=float(lr))), real_rows)
+        total = sum(gaps.values())
+        if best is None or total < best[0]:
+            best = (total, float(lr), gaps)
+    assert best is not None
+    return best[1], best[2]
