@@ -7,7 +7,7 @@ import pytest
 
 from grpolab.alarms import check_alarms, welch_t
 from grpolab.config import load_config
-from grpolab.preflight import _spread, recommend
+from grpolab.preflight import recommend
 from grpolab.probes import PROBES, gameable_lines, run_probes
 
 DEFAULT = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
@@ -25,7 +25,7 @@ def test_battery_has_at_least_ten_probes():
 @pytest.mark.parametrize("env_name", ["finance", "arithmetic"])
 def test_default_weights_are_not_gameable(request, env_name):
     env = request.getfixturevalue(env_name)
-    results = run_probes(env, _spread(env.tasks("train"), 9) + _spread(env.tasks("heldout"), 3), DEFAULT, 100, count)
+    results = run_probes(env, env.tasks("train") + env.tasks("heldout"), DEFAULT, 100, count)  # every task
     assert gameable_lines(results) == []
     assert all(r.margin > 0 for r in results)
 

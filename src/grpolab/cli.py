@@ -62,7 +62,11 @@ def envs(json: JsonOpt = False) -> None:
     """List the environments."""
     rows = []
     for name in env_names():
-        e = get_env(name)
+        try:
+            e = get_env(name)
+        except UserError as exc:  # an environment that needs data it cannot find still gets listed
+            rows.append({"name": name, "description": f"unavailable: {exc}", "tools": [], "train": 0, "heldout": 0})
+            continue
         rows.append({"name": name, "description": e.description, "tools": list(e.toolbox.tools),
                      "train": len(e.tasks("train")), "heldout": len(e.tasks("heldout"))})  # fmt: skip
     if json:

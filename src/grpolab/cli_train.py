@@ -83,6 +83,8 @@ def eval_(
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
         policy, tokenizer, cfg = load_run_policy(run)
+        if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
+            cfg.data = [str(d) for d in data]
     else:
         cfg = resolve_config(config, env, model, seed, weights, data=[str(d) for d in data] if data else None)
         from grpolab.models import load_model

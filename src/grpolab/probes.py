@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpolab.envs.base import Environment, Task
-from grpolab.protocol import render_thought, render_tool_call, render_tool_response
+from grpolab.protocol import render_thought, render_tool_call, render_tool_response, response_json
 from grpolab.rewards import Score, score_transcript
 
 Probe = Callable[[Environment, Task], str]
@@ -37,18 +37,14 @@ def call_without_answer(env: Environment, task: Task) -> str:
 def fabricated_response(env: Environment, task: Task) -> str:
     """Real calls, but the model writes the last tool response itself (claiming the right answer)."""
     parts = env.reference_parts(task)
-    out = []
-    for i, (text, by_policy) in enumerate(parts):
-        if not by_policy and i == len(parts) - 2:
-            out.append(render_tool_response({"result": round(float(task.answer.split()[-1]) + 0.0, 10)}))
-        else:
-            out.append(text)
-    text = "".join(out)
-    return (
-        text
-        if text != env.reference_transcript(task)
-        else text.replace("<tool_response>\n{", '<tool_response>\n{"x": 1, ', 1)
-    )
+    name, args = task.reference_calls[-1]
+    real = env.toolbox_for(task).execute(name, args)
+    fake: dict = {"result": _shifted(task, 0.0)}
+    if response_json(render_tool_response(fake).strip()[len("<tool_response>") : -len("</tool_response>")]) == real:
+        fake = {**real, "verified": True}  # the claim equals the real value: still not what the tool said
+    out = [render_tool_response(fake) if i == len(parts) - 2 and not by_policy else text
+           for i, (text, by_policy) in enumerate(parts)]  # fmt: skip
+    return "".join(out)
 
 
 def hedged_answer(env: Environment, task: Task) -> str:

@@ -77,8 +77,8 @@ class SchemaTool:
 def default_data() -> list[Path]:
     """The shared BFCL files: $GRPOLAB_BFCL_DIR, or shared/data/bfcl beside or above the working directory."""
     candidates = [Path(os.environ["GRPOLAB_BFCL_DIR"])] if os.environ.get("GRPOLAB_BFCL_DIR") else []
-    here = Path.cwd().resolve()
-    for root in [here, *here.parents]:
+    roots = [Path.cwd().resolve(), Path(__file__).resolve().parent]
+    for root in [r for start in roots for r in (start, *start.parents)]:
         candidates += [root / "shared" / "data" / "bfcl", root.parent / "shared" / "data" / "bfcl"]
     for c in candidates:
         files = sorted(p for p in c.glob("BFCL_*.json") if "possible_answer" not in p.name) if c.is_dir() else []
