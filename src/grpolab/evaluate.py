@@ -11,6 +11,10 @@ from grpolab.rewards import score_transcript
 from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
 
 
+EVAL_BATCH = 32
+"""Held-out episodes decoded together (decoding is memory-bound, so larger batches are cheaper per token)."""
+
+
 def eval_tasks(env: Environment, split: Split, limit: int, seed: int = 0) -> list[Task]:
     """A fixed, shuffled subset (mixed task kinds) so every evaluation of a run sees the same prompts."""
     tasks = list(env.tasks("train")) + list(env.tasks("heldout")) if split == "all" else list(env.tasks(split))
@@ -59,6 +63,8 @@ def evaluate(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, split
              limit: int | None = None) -> tuple[dict[str, float], list[Episode]]:  # fmt: skip
     tasks = eval_tasks(env, split, limit or cfg.train.eval_limit)
     settings = SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, max_turns=cfg.rollout.max_turns, greedy=True)
-    episodes = run_episodes(model, tokenizer, env, tasks, 1, settings)
+    episodes = []
+    for start in range(0, len(tasks), EVAL_BATCH):  # bounded memory: KV cache and prefill grow with the batch
+        episodes += run_episodes(model, tokenizer, env, tasks[start : start + EVAL_BATCH], 1, settings)
     score_episodes(env, episodes, cfg)
     return summarize(episodes), episodes
