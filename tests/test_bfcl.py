@@ -102,3 +102,12 @@ def test_missing_data_file_is_a_user_error(capsys):
 
     code, _, err = run(capsys, "eval", "--env", "bfcl", "--data", "/nonexistent.json", "--model", "tiny")
     assert code == 2 and "BFCL data file not found" in err
+
+
+def test_probes_find_nothing_gameable_on_bfcl(bfcl):
+    from grpolab.preflight import _spread
+    from grpolab.probes import gameable_lines, run_probes
+
+    weights = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
+    tasks = _spread(bfcl.tasks("train"), 9)
+    assert gameable_lines(run_probes(bfcl, tasks, weights, 100, len)) == []

@@ -36,6 +36,8 @@ def call_without_answer(env: Environment, task: Task) -> str:
 
 def fabricated_response(env: Environment, task: Task) -> str:
     """Real calls, but the model writes the last tool response itself (claiming the right answer)."""
+    if not env.executes_tools:  # the calls are the answer: any tool_response at all is the model's invention
+        return env.reference_transcript(task) + render_tool_response({"result": "success"})
     parts = env.reference_parts(task)
     name, args = task.reference_calls[-1]
     real = env.toolbox_for(task).execute(name, args)
