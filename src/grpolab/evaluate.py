@@ -10,7 +10,6 @@ from grpolab.envs.base import Environment, Split, Task
 from grpolab.rewards import score_transcript
 from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
 
-
 EVAL_BATCH = 32
 """Held-out episodes decoded together (decoding is memory-bound, so larger batches are cheaper per token)."""
 
