@@ -48,8 +48,10 @@ def summarize(episodes: list[Episode]) -> dict[str, float]:
     kinds = sorted({e.task.kind for e in episodes})
     by_kind = {f"heldout/success/{k}": mean([1.0 if e.score and e.score.components.get("completion") == 1.0 else 0.0
                                              for e in episodes if e.task.kind == k]) for k in kinds} if len(kinds) > 1 else {}  # fmt: skip
+    counts = {f"heldout/n/{k}": float(sum(e.task.kind == k for e in episodes)) for k in kinds} if by_kind else {}
     return {
         **by_kind,
+        **counts,
         "heldout/success": mean([1.0 if s.components.get("completion") == 1.0 else 0.0 for s in scores]),
         "heldout/tool_call_prob": mean([1.0 if has_valid_call(e) else 0.0 for e in episodes]),
         "heldout/schema": mean([s.components.get("schema", 0.0) for s in scores]),
