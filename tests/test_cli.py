@@ -74,3 +74,15 @@ def test_bad_config_fields_exit_2(capsys, tmp_path, toml, problem):
     path.write_text(toml)
     code, _, err = run(capsys, "config", "--config", str(path))
     assert code == 2 and problem in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_shipped_configs_validate():
+    from pathlib import Path
+
+    from grpolab.config import load_config
+
+    configs = sorted((Path(__file__).parent.parent / "src" / "grpolab" / "configs").glob("*.toml"))
+    assert {p.name for p in configs} >= {"demo.toml", "bfcl.toml"}
+    for path in configs:
+        cfg = load_config(path)
+        assert cfg.model == "smollm2" and cfg.train.sft_steps > 0
