@@ -16,7 +16,7 @@ from grpolab.errors import UserError
 from grpolab.evaluate import episode_row, evaluate
 from grpolab.models import load_model
 from grpolab.preflight import probe_report
-from grpolab.rundir import RunDir, read_jsonl
+from grpolab.rundir import RunDir
 from grpolab.sft import sft_warm_start
 from grpolab.trainer import GRPOTrainer
 from grpolab.watch import Progress
@@ -187,7 +187,3 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
 def _fmt(summary: dict[str, float]) -> str:
     return (f"success {summary['heldout/success']:.0%}, tool_call_prob {summary['heldout/tool_call_prob']:.0%}, "
             f"schema {summary['heldout/schema']:.2f}")  # fmt: skip
-
-
-def metrics(run: RunDir) -> list[dict[str, Any]]:
-    return read_jsonl(run.metrics_path)

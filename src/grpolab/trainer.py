@@ -10,7 +10,6 @@ import math
 import random
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +210,3 @@ class GRPOTrainer:
     def restore(self, state: dict[str, Any]) -> None:
         if "torch_rng" in state:
             torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-
-
-OnStep = Callable[[dict[str, Any]], None]

@@ -100,9 +100,6 @@ class Environment:
             )
         return tasks[task_id]
 
-    def split_of(self, task_id: str) -> Split:
-        return next(s for s in SPLITS if any(t.id == task_id for t in self.tasks(s)))
-
     def reference_parts(self, task: Task) -> list[tuple[str, bool]]:
         """The reference solution as (text, written_by_policy) pieces; tool responses are the environment's."""
         policy = render_thought(task.reference_thought) if task.reference_thought else ""
