@@ -7,8 +7,8 @@ from typing import Any
 
 from grpolab.config import LabConfig
 from grpolab.envs.base import Environment, Split, Task
-from grpolab.rewards import score_transcript
-from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
+from grpolab.rewards import Score, score_transcript
+from grpolab.rollout import Episode, mean, run_episodes, sampling_settings
 
 EVAL_BATCH = 32
 """Held-out episodes decoded together (decoding is memory-bound, so larger batches are cheaper per token)."""
@@ -26,6 +26,14 @@ def score_episodes(env: Environment, episodes: list[Episode], cfg: LabConfig) ->
         e.score = score_transcript(
             env, e.task, e.text, cfg.reward.weights, cfg.reward.length_unit, gen_tokens=e.n_policy_tokens
         )
+
+
+def reward_means(scores: list[Score]) -> dict[str, float]:
+    """reward/mean and the weighted mean of each component (reward/format, ...) over scored episodes."""
+    out = {"reward/mean": mean([s.total for s in scores])}
+    for name in scores[0].components:
+        out[f"reward/{name}"] = mean([s.weights.get(name, 0.0) * s.components[name] for s in scores])
+    return out
 
 
 def has_valid_call(e: Episode) -> bool:
@@ -46,13 +54,13 @@ def summarize(episodes: list[Episode]) -> dict[str, float]:
     """Held-out metrics: success (strict: completion == 1), tool_call_prob, schema validity, mean reward."""
     scores = [e.score for e in episodes if e.score is not None]
     kinds = sorted({e.task.kind for e in episodes})
-    by_kind = {f"heldout/success/{k}": mean([1.0 if e.score and e.score.components.get("completion") == 1.0 else 0.0
-                                             for e in episodes if e.task.kind == k]) for k in kinds} if len(kinds) > 1 else {}  # fmt: skip
+    by_kind = {f"heldout/success/{k}": mean([1.0 if e.score and e.score.solved else 0.0 for e in episodes if e.task.kind == k])
+               for k in kinds} if len(kinds) > 1 else {}  # fmt: skip
     counts = {f"heldout/n/{k}": float(sum(e.task.kind == k for e in episodes)) for k in kinds} if by_kind else {}
     return {
         **by_kind,
         **counts,
-        "heldout/success": mean([1.0 if s.components.get("completion") == 1.0 else 0.0 for s in scores]),
+        "heldout/success": mean([1.0 if s.solved else 0.0 for s in scores]),
         "heldout/tool_call_prob": mean([1.0 if has_valid_call(e) else 0.0 for e in episodes]),
         "heldout/schema": mean([s.components.get("schema", 0.0) for s in scores]),
         "heldout/reward": mean([s.total for s in scores]),
@@ -63,7 +71,7 @@ def summarize(episodes: list[Episode]) -> dict[str, float]:
 def evaluate(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, split: Split = "heldout",
              limit: int | None = None) -> tuple[dict[str, float], list[Episode]]:  # fmt: skip
     tasks = eval_tasks(env, split, limit or cfg.train.eval_limit)
-    settings = SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, max_turns=cfg.rollout.max_turns, greedy=True)
+    settings = sampling_settings(cfg, greedy=True)
     episodes = []
     for start in range(0, len(tasks), EVAL_BATCH):  # bounded memory: KV cache and prefill grow with the batch
         episodes += run_episodes(model, tokenizer, env, tasks[start : start + EVAL_BATCH], 1, settings)

@@ -16,10 +16,10 @@ import torch
 
 from grpolab.config import LabConfig
 from grpolab.envs.base import Environment
-from grpolab.evaluate import episode_row, has_valid_call, score_episodes
+from grpolab.evaluate import episode_row, has_valid_call, reward_means, score_episodes
 from grpolab.probes import gameable_lines, run_probes, worst_by_probe
 from grpolab.rewards import score_transcript
-from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
+from grpolab.rollout import Episode, mean, run_episodes, sampling_settings
 
 
 def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: int = 5) -> list[dict[str, Any]]:
@@ -58,23 +58,21 @@ def _spread(tasks: list, n: int) -> list:
 def learnability(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int,
                  group_size: int) -> tuple[dict[str, Any], list[Episode]]:  # fmt: skip
     tasks = _spread(env.tasks("train"), prompts)
-    r = cfg.rollout
-    settings = SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p)
+    settings = sampling_settings(cfg)
     episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, torch.Generator().manual_seed(cfg.seed))
     score_episodes(env, episodes, cfg)
     per_prompt = []
     for g, task in enumerate(tasks):
         group = episodes[g * group_size : (g + 1) * group_size]
         totals = [e.score.total for e in group]
-        passes = sum(e.score.components.get("completion") == 1.0 for e in group)
+        passes = sum(e.score.solved for e in group)
         per_prompt.append({"task_id": task.id, "mean_reward": mean(totals), "passes": passes,
                            "zero_std": len(set(totals)) == 1})  # fmt: skip
     scores = [e.score for e in episodes]
     summary = {
         "prompts": len(tasks),
         "group_size": group_size,
-        "reward/mean": mean([s.total for s in scores]),
-        **{f"reward/{k}": mean([s.weights.get(k, 0) * s.components[k] for s in scores]) for k in scores[0].components},
+        **reward_means(scores),
         "tool_call_prob": mean([1.0 if has_valid_call(e) else 0.0 for e in episodes]),
         "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in per_prompt]),
         "pass_at_g": dict(sorted(Counter(p["passes"] for p in per_prompt).items())),

@@ -193,6 +193,11 @@ class Score:
     """Schema-valid tool calls in the episode (tool_call_prob counts episodes with at least one)."""
 
     @property
+    def solved(self) -> bool:
+        """The strict verifier's verdict: full completion credit."""
+        return self.components.get("completion") == 1.0
+
+    @property
     def total(self) -> float:
         return sum(self.weights.get(k, 0.0) * v for k, v in self.components.items())
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from grpolab.config import LabConfig
 from grpolab.envs.base import Environment, Task
 from grpolab.protocol import TOOL_CALL_CLOSE, parse_transcript, render_tool_response
 from grpolab.rewards import Score, respond_to_call
@@ -54,6 +55,12 @@ class SamplingSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     greedy: bool = False
+
+
+def sampling_settings(cfg: LabConfig, greedy: bool = False) -> SamplingSettings:
+    """The rollout section of the lab config as sampling settings (greedy for evaluation)."""
+    r = cfg.rollout
+    return SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p, greedy)
 
 
 def stop_token_ids(tokenizer: Any) -> set[int]:

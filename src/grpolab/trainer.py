@@ -17,10 +17,10 @@ import torch
 
 from grpolab.config import LabConfig
 from grpolab.envs.base import Environment, Task
-from grpolab.evaluate import evaluate, has_valid_call, score_episodes
+from grpolab.evaluate import evaluate, has_valid_call, reward_means, score_episodes
 from grpolab.grpo import group_advantages, grpo_loss
 from grpolab.policy import group_token_stats
-from grpolab.rollout import Episode, SamplingSettings, mean, run_episodes
+from grpolab.rollout import Episode, mean, run_episodes, sampling_settings
 
 MICRO_BATCH = 8
 """Most episodes per forward/backward (one shared prompt); gradients accumulate over the step's batch."""
@@ -28,11 +28,6 @@ MICRO_BATCH = 8
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def sampling_settings(cfg: LabConfig) -> SamplingSettings:
-    r = cfg.rollout
-    return SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p)
 
 
 def step_prompts(tasks: list[Task], cfg: LabConfig, step: int, attempt: int = 0) -> list[Task]:
@@ -173,9 +168,7 @@ class GRPOTrainer:
             return StepResult({**m, "skipped": 1.0, "skip_reason": "every group had equal rewards"})
         scores = [e.score for e in episodes]
         rewards = torch.tensor([s.total for s in scores], dtype=torch.float32).view(-1, G)  # (P, G)
-        for name in scores[0].components:
-            m[f"reward/{name}"] = mean([s.weights.get(name, 0.0) * s.components[name] for s in scores])
-        m["reward/mean"] = mean([s.total for s in scores])
+        m.update(reward_means(scores))
         m["reward/std"] = float(rewards.std(unbiased=False)) if rewards.numel() > 1 else 0.0
         m["reward_errors"] = sum(len(s.errors) for s in scores)
         m["frac_zero_std"] = float((rewards.std(dim=1, unbiased=False) == 0).float().mean())
@@ -183,7 +176,7 @@ class GRPOTrainer:
         m["completion_len"] = mean([float(e.n_policy_tokens) for e in episodes])
         m["turns"] = mean([float(e.turns) for e in episodes])
         m["tool_errors"] = mean([float(e.tool_errors) for e in episodes])
-        m["success"] = mean([1.0 if s.components.get("completion") == 1.0 else 0.0 for s in scores])
+        m["success"] = mean([1.0 if s.solved else 0.0 for s in scores])
         if not torch.isfinite(rewards).all():
             m.update({"skipped": 1.0, "skip_reason": "non-finite reward (see reward_errors)"})
             return StepResult(m, episodes)
