@@ -80,15 +80,10 @@ def token_stats(model: Any, batch: SequenceBatch, temperature: float = 1.0, with
     return TokenStats(logp=logp, entropy=entropy, first_token_probs=first_probs)
 
 
-def _cache_of(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
-
-
 def group_token_stats(model: Any, prompt: list[int], completions: list[list[int]], masks: list[list[int]], pad: int,
                       temperature: float = 1.0, with_entropy: bool = True) -> tuple[TokenStats, Tensor]:  # fmt: skip
     """Stats for episodes that share one prompt. Returns (stats, mask), both (G, K) with completions left-aligned."""
-    from grpolab.rollout import _cache_keyword
+    from grpolab.rollout import _cache_keyword, _cache_of
 
     device = next(model.parameters()).device
     G, K = len(completions), max(max(len(c) for c in completions), 1)

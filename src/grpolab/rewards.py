@@ -36,6 +36,8 @@ class Replay:
 
     parsed: ParsedTranscript
     calls: list[ToolCall] = field(default_factory=list)
+    call_problems: list[str | None] = field(default_factory=list)
+    """Why each call is not schema-valid (None when it is), checked once per transcript."""
     real_responses: list[dict[str, Any]] = field(default_factory=list)
     fabricated: list[str] = field(default_factory=list)
     """Why each fabricated tool_response is one."""
@@ -80,6 +82,7 @@ def replay(env: Environment, task: Task, text: str) -> Replay:
             pending = (seg.call, real)
     if pending is not None:
         out.unanswered_calls += 1
+    out.call_problems = [call_problem(c, toolbox) for c in out.calls]
     out.evidence = evidence
     out.generated_text = "".join(generated)
     return out
@@ -137,7 +140,7 @@ def schema_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     """Fraction of calls that name a real tool with arguments valid under its JSON schema."""
     if not r.calls:
         return (0.0, "no tool call, but the task needs one") if task.needs_tools else (1.0, "no call needed")
-    problems = [call_problem(c, env.toolbox_for(task)) for c in r.calls]
+    problems = r.call_problems
     valid = sum(p is None for p in problems)
     first_problem = next((p for p in problems if p), "")
     reason = f"{valid}/{len(r.calls)} calls valid" + (f" ({first_problem})" if first_problem else "")
@@ -264,7 +267,7 @@ def score_transcript(
             value, reason = math.nan, f"error: {type(exc).__name__}: {exc}"
             errors[name] = reason
         components[name], reasons[name] = float(value), reason
-    valid_calls = sum(call_problem(c, env.toolbox_for(task)) is None for c in r.calls)
+    valid_calls = sum(p is None for p in r.call_problems)
     return Score(components=components, reasons=reasons, weights=weights, errors=errors, valid_calls=valid_calls)
 
 
