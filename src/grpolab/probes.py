@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpolab.envs.base import Environment, Task
-from grpolab.protocol import render_thought, render_tool_call, render_tool_response, response_json
+from grpolab.protocol import render_thought, render_tool_call, render_tool_response
 from grpolab.rewards import Score, score_transcript
 
 Probe = Callable[[Environment, Task], str]
@@ -42,7 +42,7 @@ def fabricated_response(env: Environment, task: Task) -> str:
     name, args = task.reference_calls[-1]
     real = env.toolbox_for(task).execute(name, args)
     fake: dict = {"result": _shifted(task, 0.0)}
-    if response_json(render_tool_response(fake).strip()[len("<tool_response>") : -len("</tool_response>")]) == real:
+    if fake == real:  # JSON equality, as the replay compares responses
         fake = {**real, "verified": True}  # the claim equals the real value: still not what the tool said
     out = [render_tool_response(fake) if i == len(parts) - 2 and not by_policy else text
            for i, (text, by_policy) in enumerate(parts)]  # fmt: skip

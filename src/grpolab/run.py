@@ -64,7 +64,7 @@ def _apply_warm_start(model: Any, cfg: LabConfig, path: Path) -> Any:
 
 
 def save_warm_start(model: Any, run: RunDir) -> Path:
-    path = run.path / "sft" / "trainable.pt"
+    path = run.warm_start_path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save({n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}, tmp)
@@ -75,9 +75,9 @@ def save_warm_start(model: Any, run: RunDir) -> Path:
 def load_run_policy(path: Path) -> tuple[Any, Any, LabConfig]:
     """(policy, tokenizer, config) of a run directory at its latest checkpoint (SFT warm start included)."""
     cfg = load_run_config(path)
-    warm = path / "sft" / "trainable.pt"
-    model, tokenizer, _ = build_policy(cfg, warm if warm.is_file() else None)
-    if RunDir(path).load_checkpoint(model, None) is None:
+    run = RunDir(path)
+    model, tokenizer, _ = build_policy(cfg, run.warm_start())
+    if run.load_checkpoint(model, None) is None:
         raise UserError(f"{path} has no checkpoint", "train it first, or evaluate a model with --model")
     return model, tokenizer, cfg
 
@@ -119,9 +119,8 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
     run = RunDir(out) if resume else start_run(cfg, out)
     env = env_for(cfg)
     progress = Progress(cfg, quiet)
-    warm = run.path / "sft" / "trainable.pt"
     if resume and run.checkpoints():
-        model, tokenizer, reference = build_policy(cfg, warm if warm.is_file() else None)
+        model, tokenizer, reference = build_policy(cfg, run.warm_start())
         trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
         state = run.load_checkpoint(model, trainer.optimizer)
         assert state is not None
@@ -146,7 +145,7 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
             losses = sft_warm_start(model, tokenizer, env, cfg.train.sft_steps, cfg.train.sft_batch_size,
                                     cfg.train.sft_learning_rate, cfg.seed)  # fmt: skip
             run.write_json("sft.json", {"loss": losses})
-            save_warm_start(model, run)
+            warm = save_warm_start(model, run)
             model, tokenizer, reference = build_policy(cfg, warm)  # GRPO's frozen reference = the SFT model
         trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
         if eval_base:
@@ -170,11 +169,11 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
         rows = [episode_row(e, step) for e in result.episodes[: cfg.train.episodes_per_step_logged]]
         if rows:
             run.append_jsonl(run.episodes_path, rows)
-        if step % cfg.train.checkpoint_every == 0 or last:
+        stop = bool(m["alarms"]) and cfg.watch.stop_on_alarm
+        if step % cfg.train.checkpoint_every == 0 or last or stop:
             run.save_checkpoint(step, model, trainer.optimizer, trainer.state())
         progress.update(m)
-        if m["alarms"] and cfg.watch.stop_on_alarm:
-            run.save_checkpoint(step, model, trainer.optimizer, trainer.state())
+        if stop:
             progress.note(f"stopped at step {step}: watch.stop_on_alarm is on")
             break
     progress.stop()

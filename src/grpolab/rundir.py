@@ -57,6 +57,14 @@ class RunDir:
     def episodes_path(self) -> Path:
         return self.path / "episodes.jsonl"
 
+    @property
+    def warm_start_path(self) -> Path:
+        """Where the SFT warm start's trainable weights are kept (GRPO's policy and reference start from them)."""
+        return self.path / "sft" / "trainable.pt"
+
+    def warm_start(self) -> Path | None:
+        return self.warm_start_path if self.warm_start_path.is_file() else None
+
     def write_json(self, name: str, data: Any) -> None:
         atomic_write_text(self.path / name, json.dumps(data, indent=2, default=str) + "\n")
 
