@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from grpolab import cli_sim, cli_train, cli_trust
+from grpolab import cli_export, cli_sim, cli_train, cli_trust
 from grpolab.cli_common import (
     ConfigOpt,
     EnvOpt,
@@ -39,6 +39,7 @@ app.add_typer(reward_app, name="reward")
 cli_train.register(app)
 cli_trust.register(app)
 cli_sim.register(app)
+cli_export.register(app)
 
 
 def env_of(cfg: LabConfig):

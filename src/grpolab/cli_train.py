@@ -41,6 +41,9 @@ def train(
     resume: Annotated[Path | None, typer.Option("--resume", help="Resume this run directory.")] = None,
     steps: Annotated[int | None, typer.Option("--steps", help="GRPO steps (train.steps).")] = None,
     sft_steps: Annotated[int | None, typer.Option("--sft-steps", help="SFT warm-start steps.")] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="native (default) or trl (TRL's GRPOTrainer; train.backend).")
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
@@ -51,12 +54,20 @@ def train(
         cfg = load_run_config(resume)
         if steps is not None:
             cfg.train.steps = steps
+        if cfg.train.backend == "trl":
+            raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
         run_training(cfg, resume, resume=True, quiet=quiet)
         return
     if out is None:
         raise UserError("train needs --out DIR (or --resume DIR)", "for example --out runs/first")
-    cfg = resolve_config(config, env, model, seed, weights, train__steps=steps, train__sft_steps=sft_steps)
-    run = run_training(cfg, out, quiet=quiet)
+    cfg = resolve_config(config, env, model, seed, weights, train__steps=steps, train__sft_steps=sft_steps,
+                         train__backend=backend)  # fmt: skip
+    if cfg.train.backend == "trl":
+        from grpolab.trl_train import train_trl
+
+        run = train_trl(cfg, out, quiet=quiet)
+    else:
+        run = run_training(cfg, out, quiet=quiet)
     if not quiet:
         console.print(f"run dir: {run.path}")
 

@@ -94,6 +94,8 @@ class LoraConfig(_Section):
 
 
 class TrainConfig(_Section):
+    backend: Literal["native", "trl"] = "native"
+    """native: the lab's GRPO engine (fastest on one CPU); trl: TRL's GRPOTrainer on the same rollout and rewards."""
     steps: int = Field(20, ge=0)
     """GRPO steps (updates)."""
     prompts_per_step: int = Field(2, ge=1)

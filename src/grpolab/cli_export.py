@@ -1,0 +1,56 @@
+"""`grpolab export-trl`: write a runnable TRL GRPOTrainer script (and accelerate configs) for a lab config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpolab.cli_common import (
+    ConfigOpt,
+    EnvOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    WeightsOpt,
+    console,
+    print_json,
+    resolve_config,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="export-trl")(export_trl)
+
+
+def export_trl(
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    seed: SeedOpt = None,
+    weights: WeightsOpt = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Script to write.")] = Path("train_grpo.py"),
+    standalone: Annotated[
+        bool, typer.Option("--standalone", help="Bundle grpolab's source into the script (no grpolab install).")
+    ] = False,
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="num_processes in the GPU accelerate configs.")] = 8,
+    json: JsonOpt = False,
+) -> None:
+    """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
+    from grpolab.export import export_trl as write
+    from grpolab.trl_backend import unsupported
+
+    cfg = resolve_config(config, env, model, seed, weights)
+    paths = write(cfg, output, standalone=standalone, gpus=gpus)
+    notes = unsupported(cfg)
+    if json:
+        print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes})
+        return
+    for p in paths:
+        console.print(f"wrote {p}")
+    for n in notes:
+        console.print(f"[yellow]not expressed in TRL:[/] {n}")
+    console.print(
+        f"run it: python {output}   (multi-GPU: accelerate launch --config_file accelerate_zero2.yaml {output})"
+    )

@@ -1,0 +1,178 @@
+"""The trl backend and the exported script: same settings, same rewards, tool output masked, two processes."""
+
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+from grpolab.config import load_config  # noqa: E402
+from grpolab.export import export_trl  # noqa: E402
+from grpolab.models import load_model  # noqa: E402
+from grpolab.probes import PROBES  # noqa: E402
+from grpolab.rewards import score_transcript  # noqa: E402
+from grpolab.run import env_for  # noqa: E402
+from grpolab.sft import reference_tokens  # noqa: E402
+from grpolab.trl_backend import prompt_rows  # noqa: E402
+from grpolab.trl_train import build_trl_trainer  # noqa: E402
+
+TINY = {"model": "tiny", "env": "arithmetic", "rollout.group_size": 2, "rollout.max_new_tokens": 16,
+        "train.prompts_per_step": 2, "train.steps": 1, "train.eval_limit": 2}  # fmt: skip
+
+ODD = {**TINY, "env": "finance", "seed": 7, "rollout.group_size": 4, "rollout.max_new_tokens": 40,
+       "rollout.temperature": 0.9, "rollout.top_p": 0.95, "grpo.learning_rate": 3e-5, "grpo.beta": 0.07,
+       "grpo.epsilon": 0.15, "grpo.epsilon_high": 0.28, "grpo.loss_type": "dapo", "grpo.scale_rewards": False,
+       "grpo.mu": 2, "grpo.max_grad_norm": 0.5, "train.steps": 3, "train.prompts_per_step": 3,
+       "lora.rank": 8, "lora.alpha": 24, "lora.dropout": 0.05, "lora.target_modules": ["q_proj", "v_proj"],
+       "reward.weights": {"format": 0.5, "schema": 1.0, "completion": 4.0, "length": -0.1}}  # fmt: skip
+
+
+def _script(tmp_path: Path, overrides: dict, standalone: bool = False) -> Path:
+    out = tmp_path / "train_grpo.py"
+    export_trl(load_config(None, overrides), out, standalone=standalone)
+    return out
+
+
+def test_exported_grpo_config_equals_the_lab_config(tmp_path):
+    cfg = load_config(None, ODD)
+    ns = runpy.run_path(str(_script(tmp_path, ODD)), run_name="exported")
+    args = ns["training_args"](str(tmp_path / "o"))
+    assert args.num_generations == cfg.rollout.group_size == 4
+    assert args.per_device_train_batch_size == cfg.train.prompts_per_step * cfg.rollout.group_size
+    assert args.max_steps == cfg.train.steps * cfg.grpo.mu and args.num_iterations == cfg.grpo.mu
+    assert args.learning_rate == cfg.grpo.learning_rate and args.beta == cfg.grpo.beta
+    assert (args.epsilon, args.epsilon_high) == (cfg.grpo.epsilon, cfg.grpo.epsilon_high)
+    assert args.loss_type == "dapo" and args.scale_rewards == "none"
+    assert args.max_completion_length == cfg.rollout.max_new_tokens
+    assert (args.temperature, args.top_p) == (cfg.rollout.temperature, cfg.rollout.top_p)
+    assert args.max_grad_norm == cfg.grpo.max_grad_norm and args.seed == cfg.seed
+    assert args.reward_weights == [cfg.reward.weights[k] for k in ("format", "schema", "completion", "length")]
+    assert args.gradient_accumulation_steps == 1 and args.lr_scheduler_type == "constant"
+    assert args.bf16 is False and args.gradient_checkpointing is False  # CPU: never TRL's bf16 default
+    lora = ns["peft_config"]()
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (8, 24, 0.05)
+    assert set(lora.target_modules) == {"q_proj", "v_proj"}
+    funcs, _ = ns["reward_functions"](env_for(cfg), cfg)
+    assert [f.__name__ for f in funcs] == ["format", "schema", "completion", "length"]
+    text = _script(tmp_path, ODD).read_text()
+    assert "beta=0.07,  # grpo.beta" in text and "learning_rate=3e-05,  # grpo.learning_rate" in text
+
+
+def test_unexpressible_settings_are_named_in_the_script_and_on_the_terminal(tmp_path):
+    overrides = {**TINY, "grpo.dynamic_filter": "skip"}
+    text = _script(tmp_path, overrides).read_text()
+    head = text.split("LAB_CONFIG =")[0]
+    assert "grpo.dynamic_filter = 'skip'" in head and "grpo.kl_bound" in head
+    from typer.testing import CliRunner
+
+    from grpolab.cli import app
+
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('model = "tiny"\n[grpo]\ndynamic_filter = "resample"\n')
+    result = CliRunner().invoke(app, ["export-trl", "--config", str(cfg_file), "-o", str(tmp_path / "s.py")])
+    assert result.exit_code == 0, result.output
+    assert "not expressed in TRL" in result.output and "dynamic_filter = 'resample'" in result.output
+
+
+def test_standalone_script_imports_its_bundled_grpolab(tmp_path):
+    script = _script(tmp_path, TINY, standalone=True)
+    code = (f"import runpy, sys; ns = runpy.run_path({str(script)!r}, run_name='x'); "
+            "print(sys.modules['grpolab'].__file__); print(ns['training_args']('o').num_generations)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    path, g = out.stdout.split()[-2:]
+    assert ".zip" in path and g == "2"
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    cfg = load_config(None, {**TINY, "env": "finance"})
+    env = env_for(cfg)
+    model, tok = load_model("tiny")
+    return build_trl_trainer(cfg, env, model, tok, tmp_path_factory.mktemp("trl")), cfg, env, tok
+
+
+def test_same_transcripts_get_the_same_rewards_through_both_backends(trainer):
+    t, cfg, env, tok = trainer
+    tasks = env.tasks("train")[:3]
+    rows, texts = [], []
+    for task in tasks:
+        for text in [env.reference_transcript(task), *(probe(env, task) for probe in PROBES.values())]:
+            rows.append({"prompt": env.messages(task), "task_id": task.id, "transcript": text,
+                         "gen_tokens": len(tok(text, add_special_tokens=False).input_ids)})  # fmt: skip
+            texts.append(text)
+    completions = [[{"role": "assistant", "content": x}] for x in texts]
+    per_func = t._calculate_rewards(rows, [r["prompt"] for r in rows], completions, [[0]] * len(rows))
+    trl_totals = (per_func * t.reward_weights.unsqueeze(0)).nansum(dim=1)
+    native = [score_transcript(env, env.task(r["task_id"]), r["transcript"], cfg.reward.weights,
+                               cfg.reward.length_unit, r["gen_tokens"]).total for r in rows]  # fmt: skip
+    assert torch.allclose(trl_totals, torch.tensor(native), atol=1e-5)
+    assert len(set(native)) > 3  # the probes really score differently
+
+
+def test_trl_path_masks_tool_output_from_the_loss(trainer, monkeypatch):
+    """Feed reference transcripts (which contain tool responses) through TRL's generate-and-score step."""
+    t, cfg, env, tok = trainer
+    import grpolab.trl_backend as backend
+    from grpolab.rollout import Episode
+
+    def scripted(model, tokenizer, env_, tasks, group, s, gen):
+        eps = []
+        for task in tasks:
+            for _ in range(group):
+                p, c, m = reference_tokens(tokenizer, env_, task)
+                eps.append(Episode(task=task, group=0, prompt_ids=p, completion_ids=c, mask=m, logprobs=[0.0] * len(c),
+                                   text=tokenizer.decode(c, skip_special_tokens=True)))  # fmt: skip
+        return eps
+
+    monkeypatch.setattr(backend, "run_episodes", scripted)
+    rows = [r for r in prompt_rows(env)[:2] for _ in range(cfg.rollout.group_size)]
+    t.model.train()
+    out = t._generate_and_score_completions(rows)
+    masks = [reference_tokens(tok, env, env.task(r["task_id"]))[2] for r in rows]
+    for i, m in enumerate(masks):
+        assert out["tool_mask"][i, : len(m)].tolist() == m
+    assert 0 in masks[0] and 1 in masks[0]  # the transcript has policy text and a tool response
+    t.current_gradient_accumulation_steps = 1  # set by the training loop; this test calls the loss directly
+    loss = t.compute_loss(t.model, out)
+    assert torch.isfinite(loss)
+
+
+def test_train_backend_trl_writes_a_lab_run_dir(tmp_path):
+    from typer.testing import CliRunner
+
+    from grpolab.cli import app
+
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text('model = "tiny"\nenv = "arithmetic"\n[rollout]\ngroup_size = 2\nmax_new_tokens = 12\n'
+                        "[train]\nsteps = 2\nprompts_per_step = 2\neval_limit = 2\n")  # fmt: skip
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", "--config", str(cfg_file), "--backend", "trl", "--out", str(out),
+                                      "--quiet"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    import json
+
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert {"reward/mean", "reward/format", "kl", "entropy", "frac_zero_std", "tool_call_prob"} <= set(rows[0])
+    assert "heldout/success" in rows[-1] and rows[0]["backend"] == "trl"
+    assert json.loads((out / "config.json").read_text())["train"]["backend"] == "trl"
+    result = CliRunner().invoke(app, ["eval", "--run", str(out), "--limit", "2", "--json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_exported_script_runs_on_two_cpu_processes_with_accelerate(tmp_path):
+    script = _script(tmp_path, {**TINY, "train.steps": 2, "train.sft_steps": 1})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    accelerate = Path(sys.executable).with_name("accelerate")
+    out = subprocess.run([str(accelerate), "launch", "--config_file", str(tmp_path / "accelerate_cpu2.yaml"),
+                          str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "2 steps on 2 process(es)" in out.stdout
+    assert (tmp_path / "out" / "final").is_dir()
