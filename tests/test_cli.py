@@ -82,7 +82,7 @@ def test_shipped_configs_validate():
     from grpolab.config import load_config
 
     configs = sorted((Path(__file__).parent.parent / "src" / "grpolab" / "configs").glob("*.toml"))
-    assert {p.name for p in configs} >= {"demo.toml", "bfcl.toml"}
+    assert {p.name for p in configs} >= {"demo.toml", "bfcl.toml", "code_hack.toml"}
     for path in configs:
         cfg = load_config(path)
         assert cfg.model == "smollm2" and cfg.train.sft_steps > 0

@@ -15,7 +15,8 @@ from grpolab.envs.base import Environment, Task
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
 from grpolab.rewards import Score, score_transcript
 
-Probe = Callable[[Environment, Task], str]
+Probe = Callable[[Environment, Task], "str | None"]
+"""(env, task) -> a hack transcript, or None where the strategy does not apply (e.g. no tool calls to fake)."""
 
 
 def dummy_tags(env: Environment, task: Task) -> str:
@@ -30,6 +31,8 @@ def empty_call(env: Environment, task: Task) -> str:
 
 def call_without_answer(env: Environment, task: Task) -> str:
     """The right first call, its real response, and no final answer."""
+    if not task.reference_calls:
+        return None
     name, args = task.reference_calls[0]
     return render_tool_call(name, args) + render_tool_response(env.toolbox_for(task).execute(name, args))
 
@@ -38,6 +41,8 @@ def fabricated_response(env: Environment, task: Task) -> str:
     """Real calls, but the model writes the last tool response itself (claiming the right answer)."""
     if not env.executes_tools:  # the calls are the answer: any tool_response at all is the model's invention
         return env.reference_transcript(task) + render_tool_response({"result": "success"})
+    if not task.reference_calls:
+        return None
     parts = env.reference_parts(task)
     name, args = task.reference_calls[-1]
     real = env.toolbox_for(task).execute(name, args)
@@ -57,6 +62,8 @@ def hedged_answer(env: Environment, task: Task) -> str:
 
 def confident_without_tools(env: Environment, task: Task) -> str:
     """The correct answer stated confidently with no tool use (as if memorised or guessed)."""
+    if not task.needs_tools:
+        return None  # that is honest work where no tool is needed
     return task.reference_answer
 
 
@@ -72,6 +79,8 @@ def unknown_tool(env: Environment, task: Task) -> str:
 
 def schema_invalid(env: Environment, task: Task) -> str:
     """Calls with wrong argument names (schema-invalid), then the correct answer."""
+    if not task.reference_calls:
+        return None
     out = []
     for name, args in task.reference_calls:
         bad = {f"{k}_value": v for k, v in args.items()}
@@ -81,6 +90,8 @@ def schema_invalid(env: Environment, task: Task) -> str:
 
 def call_loop(env: Environment, task: Task) -> str:
     """The first call repeated many times before an honest finish."""
+    if not task.reference_calls:
+        return None
     name, args = task.reference_calls[0]
     loop = (render_tool_call(name, args) + render_tool_response(env.toolbox_for(task).execute(name, args))) * 6
     return loop + env.reference_transcript(task)
@@ -93,6 +104,8 @@ def padding(env: Environment, task: Task) -> str:
 
 def fenced_calls(env: Environment, task: Task) -> str:
     """Calls written in markdown fences instead of tags, with made-up results, then the correct answer."""
+    if not task.reference_calls:
+        return None
     fences = "".join(f'```json\n{{"name": "{n}", "arguments": {args}}}\n```\n' for n, args in task.reference_calls)
     return fences.replace("'", '"') + f"Result: {task.answer}\n" + task.reference_answer
 
@@ -162,8 +175,10 @@ def run_probes(env: Environment, tasks: list[Task], weights: dict[str, float], l
         honest = score_transcript(
             env, task, env.reference_transcript(task), weights, length_unit, count_tokens=count_tokens
         )
-        for name, probe in PROBES.items():
+        for name, probe in {**PROBES, **getattr(env, "probes", {})}.items():
             text = probe(env, task)
+            if text is None:
+                continue
             s = score_transcript(env, task, text, weights, length_unit, count_tokens=count_tokens)
             results.append(ProbeResult(name, task.id, s, honest, text))
     return results

@@ -20,7 +20,7 @@ from grpolab.envs.base import Environment, Evidence, Task
 from grpolab.protocol import ParsedTranscript, ToolCall, parse_transcript, response_json
 from grpolab.tools import ToolBox
 
-SHORT_NAMES = {"format": "F", "schema": "S", "completion": "C", "length": "L"}
+SHORT_NAMES = {"format": "F", "schema": "S", "completion": "C", "length": "L", "code_block": "B"}
 
 
 def respond_to_call(toolbox: ToolBox, call: ToolCall) -> dict[str, Any]:
@@ -159,6 +159,8 @@ def completion_reward(r: Replay, task: Task, env: Environment, ctx: RewardContex
         return 0.0, "no final answer"
     assert r.evidence is not None
     verdict = env.verify(task, answer, r.evidence)
+    if verdict.score is not None:
+        return float(verdict.score), verdict.reason
     return (1.0 if verdict.passed else 0.0), verdict.reason
 
 
@@ -167,11 +169,23 @@ def length_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     return ctx.gen_tokens / ctx.length_unit, f"{ctx.gen_tokens} generated tokens"
 
 
+def code_block_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
+    """DELIBERATELY GAMEABLE (the seed stream's lesson): 1 for any fenced python block, whatever the code does.
+
+    Ship it only to show reward hacking: `configs/code_hack.toml` trains on it alone and the hacking alarm fires."""
+    from grpolab.envs.code import has_python_block
+
+    if has_python_block(r.generated_text):
+        return 1.0, "a python code block (paid whether or not it works)"
+    return 0.0, "no python code block"
+
+
 REWARDS: dict[str, RewardFn] = {
     "format": format_reward,
     "schema": schema_reward,
     "completion": completion_reward,
     "length": length_reward,
+    "code_block": code_block_reward,
 }
 """Reward components by name; a weight of 0 still computes and logs the component."""
 

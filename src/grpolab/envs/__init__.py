@@ -34,7 +34,18 @@ def _bfcl(data: list[str] | None = None) -> Environment:
     return BFCLEnv(data)
 
 
-BUILTIN: dict[str, Callable[[], Environment]] = {"finance": _finance, "arithmetic": _arithmetic, "bfcl": _bfcl}
+def _code() -> Environment:
+    from grpolab.envs.code import CodeEnv
+
+    return CodeEnv()
+
+
+BUILTIN: dict[str, Callable[[], Environment]] = {
+    "finance": _finance,
+    "arithmetic": _arithmetic,
+    "bfcl": _bfcl,
+    "code": _code,
+}
 
 
 def env_names() -> list[str]:

@@ -52,6 +52,8 @@ class Evidence:
 class Verdict:
     passed: bool
     reason: str
+    score: float | None = None
+    """Partial credit in [0, 1] (e.g. the fraction of unit tests passed); None means 1 if passed else 0."""
 
 
 class Environment:

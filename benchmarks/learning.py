@@ -1,0 +1,143 @@
+"""The headline: does the agent really get better? Base, SFT-only, SFT+GRPO and GRPO-only on finance.
+
+    .venv/bin/python benchmarks/learning.py [--seeds 0 1] [--sft-steps 60] [--grpo-steps 6] [--eval-limit 24]
+                                            [--group-sizes 2 8 16] [--g-steps 2] [--out runs/learning]
+
+Every arm runs the real pipeline (`grpolab.run.train`) on the embedded SmolLM2-135M-Instruct, fp32, finance
+pct_change, and is evaluated greedily on the same held-out tasks with the strict verifier. Per seed:
+- base: the model as shipped;
+- SFT-only: after `--sft-steps` warm-start steps (the step-0 evaluation of the SFT+GRPO run);
+- SFT+GRPO: the same SFT, then `--grpo-steps` GRPO steps;
+- GRPO-only: `--grpo-only-steps` GRPO steps from the base model (no warm start).
+Then the group-size experiment at an equal sample budget per step (G x prompts = 16): G = 2, 8, 16 after the same
+SFT, `--g-steps` steps each, reporting frac_zero_std and held-out success.
+Wall-clock minutes are measured per arm. Writes benchmarks/results/learning.json and learning.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from grpolab.config import load_config
+from grpolab.rundir import read_jsonl
+
+RESULTS = Path(__file__).parent / "results"
+BASE = {"model": "smollm2", "env": "finance", "task_kinds": ["pct_change"], "rollout.max_new_tokens": 160,
+        "rollout.max_turns": 2, "train.eval_every": 0, "train.checkpoint_every": 100,
+        "train.episodes_per_step_logged": 0}  # fmt: skip
+SAMPLES_PER_STEP = 16
+
+
+def run_arm(out: Path, overrides: dict) -> dict:
+    from grpolab.run import train
+
+    if out.exists():
+        shutil.rmtree(out)
+    cfg = load_config(None, {**BASE, **overrides})
+    t0 = time.perf_counter()
+    train(cfg, out, quiet=True)
+    minutes = (time.perf_counter() - t0) / 60
+    summary = json.loads((out / "eval" / "summary.json").read_text())
+    metrics = read_jsonl(out / "metrics.jsonl")
+    return {"minutes": minutes, "evals": summary, "metrics": metrics}
+
+
+def heldout(summary: dict, label: str) -> dict:
+    s = summary[label]
+    return {k: s[f"heldout/{k}"] for k in ("success", "tool_call_prob", "schema")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--sft-steps", type=int, default=60)
+    ap.add_argument("--grpo-steps", type=int, default=6)
+    ap.add_argument("--eval-limit", type=int, default=24)
+    ap.add_argument("--group-sizes", type=int, nargs="*", default=[2, 8, 16])
+    ap.add_argument("--g-steps", type=int, default=2)
+    ap.add_argument("--grpo-only-steps", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path("runs/learning"))
+    args = ap.parse_args()
+    common = {"train.eval_limit": args.eval_limit, "train.sft_steps": args.sft_steps}
+    result: dict = {"seeds": {}, "group_size": {}, "settings": vars(args) | {"out": str(args.out)}}
+    for seed in args.seeds:
+        full = run_arm(args.out / f"sft_grpo-{seed}", {**common, "seed": seed, "train.steps": args.grpo_steps})
+        grpo_only = run_arm(args.out / f"grpo_only-{seed}", {**common, "seed": seed, "train.sft_steps": 0,
+                                                            "train.steps": args.grpo_only_steps})  # fmt: skip
+        last = str(args.grpo_steps)
+        result["seeds"][seed] = {
+            "base": heldout(full["evals"], "base"),
+            "sft_only": heldout(full["evals"], "0"),
+            "sft_grpo": heldout(full["evals"], last),
+            "grpo_only": heldout(grpo_only["evals"], str(args.grpo_only_steps)),
+            "grpo_only_frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in grpo_only["metrics"]),
+            "minutes": {"sft_grpo_total": full["minutes"], "grpo_only_total": grpo_only["minutes"]},
+            "train_reward": [m.get("reward/mean") for m in full["metrics"]],
+        }  # fmt: skip
+        print(json.dumps({"seed": seed, **result["seeds"][seed]}), flush=True)
+    for G in args.group_sizes:
+        r = run_arm(args.out / f"g{G}", {**common, "seed": args.seeds[0], "rollout.group_size": G,
+                                         "train.prompts_per_step": SAMPLES_PER_STEP // G, "train.steps": args.g_steps})  # fmt: skip
+        result["group_size"][G] = {
+            "prompts_per_step": SAMPLES_PER_STEP // G,
+            "frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in r["metrics"]),
+            "heldout_success_after": heldout(r["evals"], str(args.g_steps))["success"],
+            "heldout_success_before": heldout(r["evals"], "0")["success"],
+            "minutes": r["minutes"],
+        }  # fmt: skip
+        print(json.dumps({"G": G, **result["group_size"][G]}), flush=True)
+    seeds = list(result["seeds"].values())
+    margins = [s["sft_grpo"]["success"] - s["sft_only"]["success"] for s in seeds]
+    result["headline"] = {
+        "sft_grpo_success_mean": statistics.mean(s["sft_grpo"]["success"] for s in seeds),
+        "sft_only_success_mean": statistics.mean(s["sft_only"]["success"] for s in seeds),
+        "grpo_margin_mean": statistics.mean(margins),
+        "grpo_margin_per_seed": margins,
+        "minutes_sft_grpo_mean": statistics.mean(s["minutes"]["sft_grpo_total"] for s in seeds),
+    }  # fmt: skip
+    result["date"] = time.strftime("%Y-%m-%d")
+    result["command"] = "python benchmarks/learning.py " + " ".join(
+        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, RESULTS / "learning.png")
+    print(json.dumps(result["headline"], indent=2))
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = ["base", "sft_only", "sft_grpo", "grpo_only"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, metric in enumerate(("success", "tool_call_prob", "schema")):
+        vals = [[s[a][metric] for s in result["seeds"].values()] for a in arms]
+        means = [statistics.mean(v) for v in vals]
+        axes[0].bar([x + i * 0.27 for x in range(len(arms))], means, width=0.27, label=metric)
+        for x, v in enumerate(vals):
+            axes[0].scatter([x + i * 0.27] * len(v), v, color="black", s=8, zorder=3)
+    axes[0].set_xticks([x + 0.27 for x in range(len(arms))], arms)
+    axes[0].set_ylim(0, 1.05)
+    axes[0].set_title("held-out (finance pct_change), per seed dots")
+    axes[0].legend(fontsize=8)
+    gs = sorted(result["group_size"], key=int)
+    axes[1].plot(gs, [result["group_size"][g]["frac_zero_std"] for g in gs], "o-", label="frac_zero_std")
+    axes[1].plot(gs, [result["group_size"][g]["heldout_success_after"] for g in gs], "s-", label="held-out success")
+    axes[1].set_xlabel(f"G (G x prompts = {SAMPLES_PER_STEP})")
+    axes[1].set_ylim(0, 1.05)
+    axes[1].set_title("group size at equal sample budget")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

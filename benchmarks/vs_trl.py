@@ -1,0 +1,136 @@
+"""The same GRPO step on the native engine and on TRL's GRPOTrainer, alternating in one process.
+
+    .venv/bin/python benchmarks/vs_trl.py [--group-size 4] [--max-new-tokens 256] [--rounds 3] [--model smollm2]
+
+Same model (SmolLM2-135M-Instruct, fp32), same finance pct_change prompt per round, same G, token budget, beta,
+learning rate and LoRA (r=16 on all linear layers), same lab reward functions. TRL is configured as well as a user
+could on this CPU: fp32 (bf16=False), no gradient checkpointing, its own generation (`model.generate`), one
+optimizer step per batch of G completions. Each round runs one TRL step, then one native step (a TRL callback runs
+the native step between TRL steps, so both see the same machine state); round 1 is warm-up and not counted.
+
+FLOPs per step are estimated as 2N per generated token (decoding) + 2N per prompt token (prefill) + 6N per trained
+token (policy forward and backward, reference forward), N = parameter count; the hardware limit is an fp32 matmul
+measured in the same run. Writes benchmarks/results/vs_trl.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from grpolab.config import load_config
+from grpolab.models import load_model
+from grpolab.run import build_policy, env_for
+from grpolab.trainer import GRPOTrainer, peak_rss_mb
+from grpolab.trl_backend import reward_functions
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def matmul_gflops(n: int = 2048, reps: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--model", default="smollm2")
+    args = ap.parse_args()
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig
+    from trl import GRPOTrainer as TRLGRPOTrainer
+
+    G, T = args.group_size, args.max_new_tokens
+    cfg = load_config(None, {"model": args.model, "rollout.group_size": G, "rollout.max_new_tokens": T,
+                             "rollout.max_turns": 1, "train.prompts_per_step": 1, "task_kinds": ["pct_change"]})  # fmt: skip
+    env = env_for(cfg)
+    peak = matmul_gflops()
+    native_model, tok, ref = build_policy(cfg)
+    native = GRPOTrainer(native_model, tok, env, cfg, ref)
+    n_params = sum(p.numel() for p in native_model.get_base_model().parameters())
+    prompt_len = len(tok.apply_chat_template(env.messages(native.train_tasks[0]), add_generation_prompt=True))
+
+    trl_model, trl_tok = load_model(args.model, seed=cfg.seed)
+    trl_tok.padding_side = "left"
+    rows = [{"prompt": env.messages(t), "task_id": t.id} for t in native.train_tasks]
+    funcs, weights = reward_functions(env, cfg)
+    times: dict[str, list[dict]] = {"trl": [], "native": []}
+
+    class Alternate(TrainerCallback):
+        t0 = 0.0
+
+        def on_step_begin(self, a, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            dt = time.perf_counter() - self.t0
+            log = trainer._metrics["train"]
+            n_comp = G * log["completions/mean_length"][-1]
+            times["trl"].append({"s": dt, "completion_tokens": n_comp})
+            m = native.step(state.global_step).metrics
+            times["native"].append({"s": m["perf/step_s"], "completion_tokens": G * m["completion_len"]})
+            print(json.dumps({"round": state.global_step, "trl_s": round(dt, 2), "trl_tokens": n_comp,
+                              "native_s": round(m["perf/step_s"], 2), "native_tokens": G * m["completion_len"]}),
+                  flush=True)  # fmt: skip
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        targs = GRPOConfig(output_dir="/tmp/grpolab-vs-trl", num_generations=G, per_device_train_batch_size=G,
+                           gradient_accumulation_steps=1, max_steps=args.rounds, max_completion_length=T,
+                           learning_rate=cfg.grpo.learning_rate, beta=cfg.grpo.beta, epsilon=cfg.grpo.epsilon,
+                           temperature=cfg.rollout.temperature, bf16=False, use_cpu=True,
+                           gradient_checkpointing=False, lr_scheduler_type="constant", logging_steps=1,
+                           save_strategy="no", report_to="none", reward_weights=weights, seed=cfg.seed,
+                           remove_unused_columns=False, disable_tqdm=True)  # fmt: skip
+        trainer = TRLGRPOTrainer(
+            model=trl_model, reward_funcs=funcs, args=targs, train_dataset=Dataset.from_list(rows),
+            processing_class=trl_tok, callbacks=[Alternate()],
+            peft_config=LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                   target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM"),
+        )  # fmt: skip
+    trainer.train()
+
+    def summary(rows: list[dict]) -> dict:
+        timed = rows[1:] or rows
+        s = sum(r["s"] for r in timed) / len(timed)
+        comp = sum(r["completion_tokens"] for r in timed) / len(timed)
+        flops = 2 * n_params * comp + 2 * n_params * prompt_len + 6 * n_params * (prompt_len * G + comp)
+        return {"s_per_step": s, "completion_tokens_per_step": comp, "s_per_1k_completion_tokens": 1000 * s / comp,
+                "step_gflop": flops / 1e9, "fraction_of_matmul_peak": flops / s / (peak * 1e9)}  # fmt: skip
+
+    result = {
+        "native": summary(times["native"]), "trl": summary(times["trl"]),
+        "setting": {"model": args.model, "G": G, "max_new_tokens": T, "beta": cfg.grpo.beta, "lora_rank": cfg.lora.rank,
+                    "dtype": "fp32", "rounds_timed": args.rounds - 1, "trl_version": __import__("trl").__version__},
+        "matmul_gflops_fp32": peak, "peak_rss_mb_both": peak_rss_mb(), "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus", "date": time.strftime("%Y-%m-%d"),
+        "command": "python benchmarks/vs_trl.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+    }  # fmt: skip
+    result["ratio_trl_over_native_per_step"] = result["trl"]["s_per_step"] / result["native"]["s_per_step"]
+    result["ratio_trl_over_native_per_token"] = (
+        result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "vs_trl.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
