@@ -1,16 +1,16 @@
 """The headline: does the agent really get better? Base, SFT-only, SFT+GRPO and GRPO-only on finance.
 
-    .venv/bin/python benchmarks/learning.py [--seeds 0 1] [--sft-steps 60] [--grpo-steps 6] [--eval-limit 24]
-                                            [--group-sizes 2 8 16] [--g-steps 2] [--out runs/learning]
+    .venv/bin/python benchmarks/learning.py [--seeds 0 1] [--sft-steps 40] [--grpo-steps 3] [--eval-limit 16]
+                                            [--group-sizes 2 8 16] [--g-steps 2] [--grpo-only-steps 1]
 
 Every arm runs the real pipeline (`grpolab.run.train`) on the embedded SmolLM2-135M-Instruct, fp32, finance
 pct_change, and is evaluated greedily on the same held-out tasks with the strict verifier. Per seed:
-- base: the model as shipped;
+- base: the model as shipped (greedy, so measured once);
 - SFT-only: after `--sft-steps` warm-start steps (the step-0 evaluation of the SFT+GRPO run);
 - SFT+GRPO: the same SFT, then `--grpo-steps` GRPO steps;
-- GRPO-only: `--grpo-only-steps` GRPO steps from the base model (no warm start).
-Then the group-size experiment at an equal sample budget per step (G x prompts = 16): G = 2, 8, 16 after the same
-SFT, `--g-steps` steps each, reporting frac_zero_std and held-out success.
+Then GRPO-only: `--grpo-only-steps` GRPO steps from the base model (no warm start), and the group-size experiment
+at an equal sample budget per step (G x prompts = 16): G = 2, 8, 16, all from the first seed's SFT warm start
+(`train(..., warm_start=)`), `--g-steps` steps each, reporting frac_zero_std and held-out success.
 Wall-clock minutes are measured per arm. Writes benchmarks/results/learning.json and learning.png.
 """
 
@@ -33,14 +33,14 @@ BASE = {"model": "smollm2", "env": "finance", "task_kinds": ["pct_change"], "rol
 SAMPLES_PER_STEP = 16
 
 
-def run_arm(out: Path, overrides: dict) -> dict:
+def run_arm(out: Path, overrides: dict, warm_start: Path | None = None) -> dict:
     from grpolab.run import train
 
     if out.exists():
         shutil.rmtree(out)
     cfg = load_config(None, {**BASE, **overrides})
     t0 = time.perf_counter()
-    train(cfg, out, quiet=True)
+    train(cfg, out, quiet=True, warm_start=warm_start)
     minutes = (time.perf_counter() - t0) / 60
     summary = json.loads((out / "eval" / "summary.json").read_text())
     metrics = read_jsonl(out / "metrics.jsonl")
@@ -55,34 +55,42 @@ def heldout(summary: dict, label: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--sft-steps", type=int, default=60)
-    ap.add_argument("--grpo-steps", type=int, default=6)
-    ap.add_argument("--eval-limit", type=int, default=24)
+    ap.add_argument("--sft-steps", type=int, default=40)
+    ap.add_argument("--grpo-steps", type=int, default=3)
+    ap.add_argument("--eval-limit", type=int, default=16)
     ap.add_argument("--group-sizes", type=int, nargs="*", default=[2, 8, 16])
     ap.add_argument("--g-steps", type=int, default=2)
-    ap.add_argument("--grpo-only-steps", type=int, default=2)
+    ap.add_argument("--grpo-only-steps", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("runs/learning"))
     args = ap.parse_args()
     common = {"train.eval_limit": args.eval_limit, "train.sft_steps": args.sft_steps}
     result: dict = {"seeds": {}, "group_size": {}, "settings": vars(args) | {"out": str(args.out)}}
-    for seed in args.seeds:
+    for i, seed in enumerate(args.seeds):
         full = run_arm(args.out / f"sft_grpo-{seed}", {**common, "seed": seed, "train.steps": args.grpo_steps})
-        grpo_only = run_arm(args.out / f"grpo_only-{seed}", {**common, "seed": seed, "train.sft_steps": 0,
-                                                            "train.steps": args.grpo_only_steps})  # fmt: skip
-        last = str(args.grpo_steps)
         result["seeds"][seed] = {
-            "base": heldout(full["evals"], "base"),
             "sft_only": heldout(full["evals"], "0"),
-            "sft_grpo": heldout(full["evals"], last),
-            "grpo_only": heldout(grpo_only["evals"], str(args.grpo_only_steps)),
-            "grpo_only_frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in grpo_only["metrics"]),
-            "minutes": {"sft_grpo_total": full["minutes"], "grpo_only_total": grpo_only["minutes"]},
+            "sft_grpo": heldout(full["evals"], str(args.grpo_steps)),
+            "minutes_sft_grpo_total": full["minutes"],
             "train_reward": [m.get("reward/mean") for m in full["metrics"]],
+            "train_success": [m.get("success") for m in full["metrics"]],
         }  # fmt: skip
+        if i == 0:  # greedy evaluation of the shipped model does not depend on the seed: measured once
+            result["base"] = heldout(full["evals"], "base")
         print(json.dumps({"seed": seed, **result["seeds"][seed]}), flush=True)
-    for G in args.group_sizes:
-        r = run_arm(args.out / f"g{G}", {**common, "seed": args.seeds[0], "rollout.group_size": G,
-                                         "train.prompts_per_step": SAMPLES_PER_STEP // G, "train.steps": args.g_steps})  # fmt: skip
+    seed0 = args.seeds[0]
+    grpo_only = run_arm(args.out / "grpo_only", {**common, "seed": seed0, "train.sft_steps": 0,
+                                                 "train.steps": args.grpo_only_steps})  # fmt: skip
+    result["grpo_only"] = {
+        **heldout(grpo_only["evals"], str(args.grpo_only_steps)),
+        "frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in grpo_only["metrics"]),
+        "train_tool_call_prob": statistics.mean(m.get("tool_call_prob", 0.0) for m in grpo_only["metrics"]),
+        "minutes": grpo_only["minutes"],
+    }  # fmt: skip
+    print(json.dumps({"grpo_only": result["grpo_only"]}), flush=True)
+    for G in args.group_sizes:  # all from seed 0's SFT warm start, equal samples per step
+        r = run_arm(args.out / f"g{G}", {**common, "seed": seed0, "rollout.group_size": G,
+                                         "train.prompts_per_step": SAMPLES_PER_STEP // G, "train.steps": args.g_steps},
+                    warm_start=args.out / f"sft_grpo-{seed0}")  # fmt: skip
         result["group_size"][G] = {
             "prompts_per_step": SAMPLES_PER_STEP // G,
             "frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in r["metrics"]),
@@ -98,14 +106,15 @@ def main() -> None:
         "sft_only_success_mean": statistics.mean(s["sft_only"]["success"] for s in seeds),
         "grpo_margin_mean": statistics.mean(margins),
         "grpo_margin_per_seed": margins,
-        "minutes_sft_grpo_mean": statistics.mean(s["minutes"]["sft_grpo_total"] for s in seeds),
+        "minutes_sft_grpo_mean": statistics.mean(s["minutes_sft_grpo_total"] for s in seeds),
+        "heldout_tasks": args.eval_limit,
     }  # fmt: skip
     result["date"] = time.strftime("%Y-%m-%d")
     result["command"] = "python benchmarks/learning.py " + " ".join(
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
     )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "learning.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     plot(result, RESULTS / "learning.png")
     print(json.dumps(result["headline"], indent=2))
 
@@ -118,8 +127,10 @@ def plot(result: dict, path: Path) -> None:
 
     arms = ["base", "sft_only", "sft_grpo", "grpo_only"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    seeds = list(result["seeds"].values())
     for i, metric in enumerate(("success", "tool_call_prob", "schema")):
-        vals = [[s[a][metric] for s in result["seeds"].values()] for a in arms]
+        vals = [[result["base"][metric]], [s["sft_only"][metric] for s in seeds], [s["sft_grpo"][metric] for s in seeds],
+                [result["grpo_only"][metric]]]  # fmt: skip
         means = [statistics.mean(v) for v in vals]
         axes[0].bar([x + i * 0.27 for x in range(len(arms))], means, width=0.27, label=metric)
         for x, v in enumerate(vals):

@@ -175,3 +175,16 @@ def test_shared_prefix_forward_matches_the_plain_forward(finance):
     assert shared_mask.sum() == sum(sum(m) for m in masks)
     (shared.logp * shared_mask).sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
+
+
+def test_a_run_can_start_from_another_runs_warm_start(tmp_path):
+    from grpolab.run import train
+
+    base = {**SMALL, "env": "arithmetic", "train.steps": 1, "train.eval_limit": 1}
+    first = train(load_config(None, {**base, "train.sft_steps": 1}), tmp_path / "a", quiet=True)
+    second = train(load_config(None, {**base, "train.sft_steps": 5}), tmp_path / "b", quiet=True,
+                   warm_start=first.path)  # fmt: skip
+    a, b = torch.load(first.warm_start_path), torch.load(second.warm_start_path)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not (second.path / "sft.json").exists()  # its own SFT was skipped
+    assert json.loads((second.path / "config.json").read_text())["train"]["sft_steps"] == 0

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from grpolab import cli_export, cli_sim, cli_train, cli_trust
+from grpolab import cli_export, cli_lab, cli_sim, cli_train, cli_trust
 from grpolab.cli_common import (
     ConfigOpt,
     EnvOpt,
@@ -40,6 +40,7 @@ cli_train.register(app)
 cli_trust.register(app)
 cli_sim.register(app)
 cli_export.register(app)
+cli_lab.register(app)
 
 
 def env_of(cfg: LabConfig):

@@ -40,7 +40,7 @@ def highlight(text: str) -> str:
     return _TAG.sub(r'<span class="tag">\1</span>', html.escape(text))
 
 
-def _svg(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> str:
+def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,7 +132,9 @@ def render_report(path: str | Path) -> Path:
     parts += [f"<div class='alarm'>step {r['step']}: {html.escape(k)}: {html.escape(v)}</div>"
               for r in alarm_rows for k, v in r["alarms"].items()] or ["<p>No alarm fired.</p>"]  # fmt: skip
     steps = [r["step"] for r in alarm_rows]
-    parts.append("<h2>Curves</h2><div class='grid'>" + "".join(_svg(t, k, rows, steps) for t, k in CURVES) + "</div>")
+    parts.append(
+        "<h2>Curves</h2><div class='grid'>" + "".join(svg_chart(t, k, rows, steps) for t, k in CURVES) + "</div>"
+    )
     preflight = run.path / "preflight.json"
     if preflight.is_file():
         parts.append(

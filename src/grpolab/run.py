@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -114,9 +115,13 @@ def load_run_config(path: Path) -> LabConfig:
 
 
 def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
-          eval_base: bool = True) -> RunDir:  # fmt: skip
-    """Run (or resume) SFT + GRPO into `out`. Returns the run directory."""
+          eval_base: bool = True, warm_start: Path | None = None) -> RunDir:  # fmt: skip
+    """Run (or resume) SFT + GRPO into `out`. Returns the run directory.
+
+    `warm_start`: another run directory whose SFT warm start this run starts from (its SFT is skipped), so that
+    experiments varying only GRPO settings share one warm start."""
     run = RunDir(out) if resume else start_run(cfg, out)
+    run.clear_stop()  # a stale stop request from an earlier process must not end this one
     env = env_for(cfg)
     progress = Progress(cfg, quiet)
     if resume and run.checkpoints():
@@ -130,7 +135,17 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
         progress.note(f"resumed {out} from step {start}")
     else:
         run.rewind(0)  # a run killed before its first checkpoint starts over cleanly
-        model, tokenizer, reference = build_policy(cfg)
+        if warm_start is not None:
+            source = RunDir(warm_start).warm_start()
+            if source is None:
+                raise UserError(f"{warm_start} has no SFT warm start", "pick a run trained with train.sft_steps > 0")
+            run.warm_start_path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, run.warm_start_path)
+            cfg = cfg.model_copy(deep=True)
+            cfg.train.sft_steps = 0
+            run.write_json("config.json", config_to_dict(cfg))
+            run.write_json("sft/source.json", {"warm_start_from": str(warm_start)})
+        model, tokenizer, reference = build_policy(cfg, run.warm_start() if warm_start is not None else None)
         probes = probe_report(env, cfg, lambda text: len(tokenizer(text, add_special_tokens=False).input_ids))
         run.write_json("preflight.json", probes)
         for line in probes["gameable"]:
@@ -151,7 +166,8 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
         if eval_base:
             summary, eps = trainer.evaluate()
             record_eval(run, "0", summary, eps)
-            progress.note(f"{'after SFT' if cfg.train.sft_steps else 'base model'} held-out: {_fmt(summary)}")
+            warm = cfg.train.sft_steps or warm_start is not None
+            progress.note(f"{'after SFT' if warm else 'base model'} held-out: {_fmt(summary)}")
         start = 0
         run.save_checkpoint(0, model, trainer.optimizer, trainer.state())
     steps = cfg.train.steps
@@ -169,12 +185,16 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
         rows = [episode_row(e, step) for e in result.episodes[: cfg.train.episodes_per_step_logged]]
         if rows:
             run.append_jsonl(run.episodes_path, rows)
-        stop = bool(m["alarms"]) and cfg.watch.stop_on_alarm
-        if step % cfg.train.checkpoint_every == 0 or last or stop:
+        alarm_stop = bool(m["alarms"]) and cfg.watch.stop_on_alarm
+        asked = run.stop_requested()
+        if step % cfg.train.checkpoint_every == 0 or last or alarm_stop or asked:
             run.save_checkpoint(step, model, trainer.optimizer, trainer.state())
         progress.update(m)
-        if stop:
-            progress.note(f"stopped at step {step}: watch.stop_on_alarm is on")
+        if alarm_stop or asked:
+            progress.note(
+                f"stopped at step {step}: " + ("watch.stop_on_alarm is on" if alarm_stop else "stop requested")
+            )
+            run.clear_stop()
             break
     progress.stop()
     from grpolab.report import render_report

@@ -62,6 +62,20 @@ class RunDir:
         """Where the SFT warm start's trainable weights are kept (GRPO's policy and reference start from them)."""
         return self.path / "sft" / "trainable.pt"
 
+    @property
+    def stop_path(self) -> Path:
+        """A file whose presence asks a running training to checkpoint and stop after its current step."""
+        return self.path / "STOP"
+
+    def request_stop(self) -> None:
+        atomic_write_text(self.stop_path, "stop requested\n")
+
+    def stop_requested(self) -> bool:
+        return self.stop_path.is_file()
+
+    def clear_stop(self) -> None:
+        self.stop_path.unlink(missing_ok=True)
+
     def warm_start(self) -> Path | None:
         return self.warm_start_path if self.warm_start_path.is_file() else None
 

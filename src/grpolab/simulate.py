@@ -152,6 +152,7 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     success = (table[:, 2] > 0).astype(float) if s.weights.get("completion", 0) else np.array(
         [profiles[c].completion for c in CLASSES])  # fmt: skip
     history = np.zeros((s.steps + 1, R, K))
+    adv_abs = np.zeros((s.steps + 1, R))  # mean |advantage| of each step's episodes (0 before the first step)
     history[0] = _softmax(theta)
     G, P = s.group_size, s.prompts_per_step
     uniforms = rng.random((s.steps, R, P, G))  # drawn at once: per-call overhead dominates at this size
@@ -170,6 +171,7 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
         if s.scale_rewards:
             adv = adv / (np.sqrt(np.maximum(counts @ reward_sq / G - mean**2, 0.0))[..., None] + 1e-4)
         weight = (counts * adv).sum(1) / (P * G)  # (R, K): the group's advantages summed by class
+        adv_abs[t] = (counts * np.abs(adv)).sum((1, 2)) / (P * G)
         for epoch in range(s.mu):
             if epoch == 0:  # ratio = 1 on the first epoch: nothing is clipped yet
                 pi, coef = pi_old, weight
@@ -189,6 +191,11 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     }
     curves["kl"] = (history * (np.log(history) - log_p0)).sum(-1)
     curves["tool_call_prob"] = history @ call
+    # the class policy's probability of starting with a call: the simulator's counterpart of tool_token_mass
+    curves["tool_token_mass"] = history @ call
+    curves["adv/mean_abs"] = adv_abs
+    # group-centred advantages make the surrogate 0 at ratio 1, so the loss is the KL term
+    curves["policy_loss"] = s.beta * curves["kl"]
     curves["hack_mass"] = history @ hack
     curves["success"] = history @ success
     means = {k: v.mean(-1) for k, v in curves.items()}

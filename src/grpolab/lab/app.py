@@ -1,0 +1,256 @@
+"""`grpolab lab`: the page. Config and simulator on top, then a real run (live), rollouts, preflight, TRL export.
+
+Layout and wiring only: numbers come from `grpolab.simulate`, `grpolab.probes`, `grpolab.export` and the run
+directories (`lab.views`); training runs are separate processes (`lab.jobs`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from grpolab.config import LabConfig, load_config
+from grpolab.envs import env_names
+from grpolab.errors import UserError
+from grpolab.lab import jobs, views
+from grpolab.lab.explain import EXPLAINERS
+
+CSS = """
+.lab-cards{display:grid;grid-template-columns:repeat(4,1fr);gap:.6em}
+.lab-card{border:1px solid #ddd;border-radius:8px;padding:.6em .8em;background:#fafafa}
+.lab-card-title{font-size:.8em;color:#555}.lab-card-value{font-size:1.6em;font-weight:600}
+.lab-card-detail{font-size:.8em;color:#333}.lab-source{font-size:.75em;color:#666;margin-top:.3em}
+.lab-good{color:#0a7d28;font-weight:600}.lab-bad{color:#b00020;font-weight:600}
+.lab-card.lab-bad .lab-card-value{color:#b00020}
+.lab-msg{padding:.5em .8em;border-left:4px solid #888;background:#f4f4f4;margin:.3em 0}
+.lab-warn{border-color:#c77700}.lab-error{border-color:#b00020;background:#fff0f0}
+.lab-pair{display:grid;grid-template-columns:1fr 1fr;gap:1em}
+.lab-traj pre{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;padding:.5em;font-size:.8em}
+.tag{color:#a0007a;font-weight:600}
+.lab-table td,.lab-table th,table td,table th{border:1px solid #ddd;padding:.2em .5em}
+"""
+
+
+def _config(env: str, model: str, f: float, s: float, c: float, length: float, beta: float, eps: float, G: float,
+            lr: float, steps: float = 20, sft_steps: float = 0) -> LabConfig:  # fmt: skip
+    return load_config(None, {
+        "env": env, "model": model or "smollm2",
+        "reward.weights": {"format": f, "schema": s, "completion": c, "length": length},
+        "grpo.beta": beta, "grpo.epsilon": eps, "rollout.group_size": int(G), "grpo.learning_rate": lr,
+        "train.steps": int(steps), "train.sft_steps": int(sft_steps),
+    })  # fmt: skip
+
+
+@lru_cache(maxsize=8)
+def _profiles(env: str) -> Any:
+    from grpolab.models import load_tokenizer
+    from grpolab.run import env_for
+    from grpolab.simulate import measure_profiles
+
+    tok = load_tokenizer()
+    return measure_profiles(
+        env_for(LabConfig(env=env)), lambda text: len(tok(text, add_special_tokens=False).input_ids)
+    )
+
+
+@lru_cache(maxsize=64)
+def _probes(env: str, weights: tuple[tuple[str, float], ...]) -> dict:
+    from grpolab.models import load_tokenizer
+    from grpolab.preflight import probe_report
+    from grpolab.run import env_for
+
+    cfg = load_config(None, {"env": env, "reward.weights": dict(weights)})
+    tok = load_tokenizer()
+    return probe_report(env_for(cfg), cfg, lambda text: len(tok(text, add_special_tokens=False).input_ids), n_tasks=3)
+
+
+def simulate_view(env, model, f, s, c, length, beta, eps, G, lr, sim_lr, sim_steps) -> tuple[str, str, str]:
+    """(stat cards, chart, probe panel) for the sliders; the simulator runs in milliseconds."""
+    from grpolab.simulate import DEFAULT_PRIOR, SimSettings, simulate
+
+    try:
+        cfg = _config(env, model, f, s, c, length, beta, eps, G, lr)
+        result = simulate(_profiles(env), DEFAULT_PRIOR,
+                          SimSettings.from_config(cfg, steps=int(sim_steps), runs=16, lr=float(sim_lr)))  # fmt: skip
+    except (UserError, ValueError, KeyError, IndexError) as exc:
+        msg = views.message(f"cannot simulate this setting: {exc}", "error")
+        return msg, msg, msg
+    chart = views.chart(views.sim_rows(result), "simulated: reward, kl, tool_token_mass per iteration")
+    try:
+        probes = views.preflight_panel(_probes(env, tuple(sorted(cfg.reward.weights.items()))))
+    except (UserError, ValueError, KeyError, IndexError) as exc:
+        probes = views.message(f"probes unavailable for {env}: {exc}", "warn")
+    return views.sim_cards(result, cfg.grpo.kl_bound), chart, probes
+
+
+def export_view(env, model, f, s, c, length, beta, eps, G, lr, steps, sft_steps) -> tuple[str, str | None]:
+    from grpolab.export import export_trl
+
+    try:
+        cfg = _config(env, model, f, s, c, length, beta, eps, G, lr, steps, sft_steps)
+    except UserError as exc:
+        return f"# {exc}", None
+    out = Path(tempfile.mkdtemp(prefix="grpolab-export-")) / "train_grpo.py"
+    export_trl(cfg, out)
+    return out.read_text(), str(out)
+
+
+def _resolve(root: Path, name: str | None) -> Path | None:
+    if not name:
+        return None
+    p = Path(name)
+    return p if p.is_absolute() else root / name
+
+
+def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str]:
+    """(summary, cards, chart, task dropdown, iteration slider, status) for the selected run."""
+    path = _resolve(root, name)
+    if path is None:
+        empty = views.message("Pick a run (or type a run directory path).")
+        return empty, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+    v = views.load_run(path)
+    if not v.ok:
+        msg = views.message(f"{path}: " + ("; ".join(v.problems) or "not a run directory"), "error")
+        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+    ids = views.task_ids(v)
+    labels = v.eval_labels()
+    state = "running" if jobs.running(path.parent, path.name) else "not running"
+    return (views.run_summary(v), views.run_cards(v), views.chart(v.metrics, f"{path.name}: reward, kl, tool_token_mass"),
+            gr.update(choices=ids, value=ids[0] if ids else None),
+            gr.update(maximum=max(len(labels) - 1, 1), value=max(len(labels) - 1, 0)), state)  # fmt: skip
+
+
+def episode_view(root: Path, name: str | None, task_id: str | None, index: float) -> str:
+    path = _resolve(root, name)
+    if path is None:
+        return ""
+    v = views.load_run(path)
+    if not v.ok:
+        return ""
+    labels = v.eval_labels()
+    if not labels:
+        return views.message("No held-out evaluations yet.")
+    label = labels[min(int(index or 0), len(labels) - 1)]
+    return f"<div>iteration: <b>{label}</b></div>" + views.episode_pair(v, task_id, label)
+
+
+def build(root: Path) -> gr.Blocks:
+    d = LabConfig()
+    w = d.reward.weights
+    with gr.Blocks(title="grpolab: Open-Weight Agent RL Lab") as page:
+        gr.Markdown("# Open-Weight Agent RL Lab: Policy & Reward Simulator\nReward config and GRPO settings on the "
+                    "left; the simulator answers as you move them. Below: a real run, live.")  # fmt: skip
+        with gr.Row():
+            with gr.Column(scale=1, min_width=280):
+                gr.Markdown("### Rollout & reward config")
+                env = gr.Dropdown(env_names(), value=d.env, label="environment", elem_id="cfg-env")
+                model = gr.Dropdown(["smollm2", "tiny"], value=d.model, allow_custom_value=True, label="base model")
+                wf = gr.Number(w["format"], label="weight F (format)", elem_id="w-format")
+                ws = gr.Number(w["schema"], label="weight S (schema)", elem_id="w-schema")
+                wc = gr.Number(w["completion"], label="weight C (completion)", elem_id="w-completion")
+                wl = gr.Number(w["length"], label="weight L (length / 100 tokens)", elem_id="w-length")
+                beta = gr.Slider(0, 1, value=d.grpo.beta, step=0.01, label="beta (KL)")
+                eps = gr.Slider(0.05, 0.5, value=d.grpo.epsilon, step=0.01, label="epsilon (clip)")
+                G = gr.Slider(2, 32, value=d.rollout.group_size, step=1, label="G (group size)")
+                lr = gr.Number(d.grpo.learning_rate, label="learning rate (real runs)")
+                sim_lr = gr.Slider(0.05, 2, value=0.5, step=0.05, label="simulator step size")
+                sim_steps = gr.Slider(10, 300, value=100, step=10, label="simulated iterations")
+            with gr.Column(scale=3):
+                cards = gr.HTML(elem_id="sim-cards")
+                chart = gr.HTML(elem_id="sim-chart")
+        cfg_inputs = [env, model, wf, ws, wc, wl, beta, eps, G, lr]
+
+        gr.Markdown("## Real run")
+        with gr.Row():
+            run_name = gr.Dropdown(views.list_runs(root), label="run (or a run directory path)",
+                                   allow_custom_value=True, elem_id="run-pick")  # fmt: skip
+            refresh = gr.Button("refresh runs", size="sm")
+            status = gr.Textbox(label="status", interactive=False)
+        run_summary = gr.HTML(elem_id="run-summary")
+        run_cards = gr.HTML(elem_id="run-cards")
+        run_chart = gr.HTML(elem_id="run-chart")
+        with gr.Accordion("Start or stop a real training run", open=False):
+            with gr.Row():
+                new_name = gr.Textbox(label="new run name", value="lab-run")
+                steps = gr.Number(d.train.steps, label="GRPO steps", precision=0)
+                sft_steps = gr.Number(d.train.sft_steps, label="SFT warm-start steps", precision=0)
+                start_btn = gr.Button("start training", variant="primary")
+                stop_btn = gr.Button("stop (keeps the last checkpoint)", variant="stop")
+            job_msg = gr.Markdown()
+
+        gr.Markdown("## Active rollout episode")
+        with gr.Row():
+            task = gr.Dropdown([], label="held-out prompt", elem_id="episode-task")
+            iteration = gr.Slider(0, 1, value=0, step=1, label="iteration (evaluation index)", elem_id="episode-iter")
+        episode = gr.HTML(elem_id="episode")
+
+        gr.Markdown("## Preflight: gameability probes (current weights)")
+        probes = gr.HTML(elem_id="probes")
+
+        gr.Markdown("## TRL export (same rewards, weights, prompts, LoRA/GRPO settings)")
+        download = gr.DownloadButton("download train_grpo.py", elem_id="download-script")
+        script = gr.Code(language="python", label="train_grpo.py", interactive=False, elem_id="trl-script")
+
+        gr.Markdown("## Explainers")
+        for title, text in EXPLAINERS:
+            with gr.Accordion(title, open=False):
+                gr.Markdown(text)
+
+        timer = gr.Timer(3.0)
+
+        sim_inputs = [*cfg_inputs, sim_lr, sim_steps]
+        for comp in sim_inputs:
+            comp.change(simulate_view, sim_inputs, [cards, chart, probes])
+        export_inputs = [*cfg_inputs, steps, sft_steps]
+        for comp in export_inputs:
+            comp.change(export_view, export_inputs, [script, download])
+
+        def show_run(name):
+            return run_view(root, name)
+
+        run_outputs = [run_summary, run_cards, run_chart, task, iteration, status]
+        run_name.change(show_run, [run_name], run_outputs)
+        refresh.click(lambda: gr.update(choices=views.list_runs(root)), None, [run_name])
+        task.change(lambda n, t, i: episode_view(root, n, t, i), [run_name, task, iteration], [episode])
+        iteration.change(lambda n, t, i: episode_view(root, n, t, i), [run_name, task, iteration], [episode])
+
+        def tick(name, current_status):
+            path = _resolve(root, name)
+            if path is None or not (jobs.running(path.parent, path.name) or current_status == "running"):
+                return [gr.update()] * 3 + [gr.update()]
+            summary, cards_html, chart_html, _, _, state = run_view(root, name)
+            return summary, cards_html, chart_html, state
+
+        timer.tick(tick, [run_name, status], [run_summary, run_cards, run_chart, status])
+
+        def start_run(name, *values):
+            try:
+                cfg = _config(*values)
+                out = jobs.start(cfg, root, name.strip())
+            except UserError as exc:
+                return f"**cannot start:** {exc}", gr.update()
+            return f"started `{out}` in the background (it survives a page reload)", gr.update(
+                choices=views.list_runs(root) + [name], value=name)  # fmt: skip
+
+        start_btn.click(start_run, [new_name, *cfg_inputs, steps, sft_steps], [job_msg, run_name])
+        stop_btn.click(lambda n: jobs.stop(root, Path(n).name) if n else "pick a run first", [run_name], [job_msg])
+
+        page.load(simulate_view, sim_inputs, [cards, chart, probes])
+        page.load(export_view, export_inputs, [script, download])
+    return page
+
+
+def launch(root: Path, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> Any:
+    import os
+
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
+    page = build(root)
+    page.queue()
+    page.launch(server_name=host, server_port=port, prevent_thread_lock=not block, css=CSS, theme=theme,
+                ssr_mode=False, quiet=True, footer_links=[], allowed_paths=[tempfile.gettempdir()])  # fmt: skip
+    return page
