@@ -28,3 +28,7 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/step_cost.py
+	$(PY) benchmarks/sim_speed.py
+	$(PY) benchmarks/vs_trl.py
+	$(PY) benchmarks/learning.py
+	$(PY) benchmarks/readme_table.py

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from grpolab.envs import get_env
 from grpolab.models import load_tokenizer
 from grpolab.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
+
+RESULTS = Path(__file__).parent / "results"
 
 
 def main() -> None:
@@ -23,7 +26,10 @@ def main() -> None:
     for runs in (1, 16):
         best = min(_time(profiles, SimSettings(weights=weights, steps=1000, runs=runs)) for _ in range(5))
         result[f"ms_per_1000_iterations_runs={runs}"] = round(best * 1000, 1)
-    print(json.dumps({**result, "date": time.strftime("%Y-%m-%d")}, indent=2))
+    result = {**result, "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/sim_speed.py"}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "sim_speed.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
 
 
 def _time(profiles, settings) -> float:

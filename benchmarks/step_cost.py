@@ -12,12 +12,15 @@ import argparse
 import json
 import platform
 import time
+from pathlib import Path
 
 import torch
 
 from grpolab.config import load_config
 from grpolab.run import build_policy, env_for
 from grpolab.trainer import GRPOTrainer, peak_rss_mb
+
+RESULTS = Path(__file__).parent / "results"
 
 
 def main() -> None:
@@ -46,6 +49,11 @@ def main() -> None:
         "peak_rss_mb": peak_rss_mb(), "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "date": time.strftime("%Y-%m-%d"),
     }  # fmt: skip
+    result["command"] = "python benchmarks/step_cost.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "step_cost.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

@@ -1,9 +1,10 @@
 """Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway.
 
 Reward hacking is the case the seed's stream warns about most: the training reward climbs while held-out
-verified success does not. The statistic: Welch's t of the mean training reward over the last `hack_window` steps
-against the first `hack_window` steps; the alarm fires when t >= `hack_t` and the latest held-out success is no
-better than the first held-out success (step 0, before GRPO).
+verified success does not. The statistic: Welch's t of the training reward over the episodes of the last
+`hack_window` steps against those of the first `hack_window` steps (pooled from each step's reward/mean,
+reward/std and episode count, so a window of 3 steps x 16 episodes is 48 samples, not 3 step means); the alarm fires
+when t >= `hack_t` and the latest held-out success is no better than the first held-out success (step 0).
 """
 
 from __future__ import annotations
@@ -27,8 +28,33 @@ def welch_t(a: list[float], b: list[float]) -> float:
     return (mb - ma) / se
 
 
+def window_stats(rows: list[dict[str, Any]], episodes_per_step: int) -> tuple[float, float, int]:
+    """(mean, sample variance, n) of the episode rewards of some steps, from their means, stds and counts."""
+    n = sum_x = sum_x2 = 0.0
+    for r in rows:
+        k = float(r.get("episodes", episodes_per_step))
+        m, sd = float(r["reward/mean"]), float(r.get("reward/std", 0.0))
+        n, sum_x, sum_x2 = n + k, sum_x + k * m, sum_x2 + k * (sd * sd + m * m)
+    mean = sum_x / n
+    var = max(sum_x2 / n - mean * mean, 0.0) * n / max(n - 1, 1)
+    return mean, var, int(n)
+
+
+def welch_t_stats(a: tuple[float, float, int], b: tuple[float, float, int]) -> float:
+    """Welch's t of mean(b) - mean(a) from (mean, variance, n) summaries."""
+    (ma, va, na), (mb, vb, nb) = a, b
+    se = math.sqrt(va / na + vb / nb)
+    if se == 0:
+        return math.inf if mb > ma else (-math.inf if mb < ma else 0.0)
+    return (mb - ma) / se
+
+
 def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
     return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: LabConfig) -> dict[str, str]:
@@ -40,9 +66,15 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
     if isinstance(kl, float) and kl > cfg.grpo.kl_bound:
         alarms["kl_bound"] = f"kl {kl:.3f} is past the stability bound {cfg.grpo.kl_bound}"
     rewards = _series(history, "reward/mean")
+    scored = [r for r in history if _finite(r.get("reward/mean")) and _finite(r.get("reward/std"))]
     if len(rewards) >= 2 * w.hack_window and len(heldout) >= 2:
         early, recent = rewards[: w.hack_window], rewards[-w.hack_window :]
-        t = welch_t(early, recent)
+        if len(scored) >= 2 * w.hack_window:  # episode-level: every episode of the windows is a sample
+            per_step = cfg.train.prompts_per_step * cfg.rollout.group_size
+            t = welch_t_stats(window_stats(scored[: w.hack_window], per_step),
+                              window_stats(scored[-w.hack_window :], per_step))  # fmt: skip
+        else:  # only step means recorded
+            t = welch_t(early, recent)
         steps = sorted(heldout)
         first, last = heldout[steps[0]], heldout[steps[-1]]
         if t >= w.hack_t and last <= first:

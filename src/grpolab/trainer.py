@@ -170,6 +170,7 @@ class GRPOTrainer:
         rewards = torch.tensor([s.total for s in scores], dtype=torch.float32).view(-1, G)  # (P, G)
         m.update(reward_means(scores))
         m["reward/std"] = float(rewards.std(unbiased=False)) if rewards.numel() > 1 else 0.0
+        m["episodes"] = len(episodes)
         m["reward_errors"] = sum(len(s.errors) for s in scores)
         m["frac_zero_std"] = float((rewards.std(dim=1, unbiased=False) == 0).float().mean())
         m["tool_call_prob"] = mean([1.0 if has_valid_call(e) else 0.0 for e in episodes])
