@@ -5,7 +5,9 @@
 Same model (SmolLM2-135M-Instruct, fp32), same finance pct_change prompt per round, same G, token budget, beta,
 learning rate and LoRA (r=16 on all linear layers), same lab reward functions. TRL is configured as well as a user
 could on this CPU: fp32 (bf16=False), no gradient checkpointing, its own generation (`model.generate`), one
-optimizer step per batch of G completions. Each round runs one TRL step, then one native step (a TRL callback runs
+optimizer step per batch of G completions. By default both generate exactly `--max-new-tokens` tokens per episode
+(end-of-turn suppressed until then: TRL's `min_new_tokens`, the native `SamplingSettings.min_new_tokens`), so the
+two steps do the same work; `--free-length` lets episodes end early. Each round runs one TRL step, then one native step (a TRL callback runs
 the native step between TRL steps, so both see the same machine state); round 1 is warm-up and not counted.
 
 FLOPs per step are estimated as 2N per generated token (decoding) + 2N per prompt token (prefill) + 6N per trained
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--free-length", action="store_true", help="let episodes stop at end of turn (lengths differ)")
     args = ap.parse_args()
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
     from datasets import Dataset
@@ -61,6 +64,15 @@ def main() -> None:
     cfg = load_config(None, {"model": args.model, "rollout.group_size": G, "rollout.max_new_tokens": T,
                              "rollout.max_turns": 1, "train.prompts_per_step": 1, "task_kinds": ["pct_change"]})  # fmt: skip
     env = env_for(cfg)
+    if not args.free_length:  # both engines generate exactly T tokens per episode, so the steps do the same work
+        import dataclasses
+
+        import grpolab.trainer
+
+        base_settings = grpolab.trainer.sampling_settings
+        grpolab.trainer.sampling_settings = lambda c, greedy=False: dataclasses.replace(
+            base_settings(c, greedy), min_new_tokens=T
+        )
     peak = matmul_gflops()
     native_model, tok, ref = build_policy(cfg)
     native = GRPOTrainer(native_model, tok, env, cfg, ref)
@@ -98,7 +110,8 @@ def main() -> None:
                            temperature=cfg.rollout.temperature, bf16=False, use_cpu=True,
                            gradient_checkpointing=False, lr_scheduler_type="constant", logging_steps=1,
                            save_strategy="no", report_to="none", reward_weights=weights, seed=cfg.seed,
-                           remove_unused_columns=False, disable_tqdm=True)  # fmt: skip
+                           remove_unused_columns=False, disable_tqdm=True,
+                           generation_kwargs=None if args.free_length else {"min_new_tokens": T})  # fmt: skip
         trainer = TRLGRPOTrainer(
             model=trl_model, reward_funcs=funcs, args=targs, train_dataset=Dataset.from_list(rows),
             processing_class=trl_tok, callbacks=[Alternate()],
@@ -118,10 +131,13 @@ def main() -> None:
     result = {
         "native": summary(times["native"]), "trl": summary(times["trl"]),
         "setting": {"model": args.model, "G": G, "max_new_tokens": T, "beta": cfg.grpo.beta, "lora_rank": cfg.lora.rank,
-                    "dtype": "fp32", "rounds_timed": args.rounds - 1, "trl_version": __import__("trl").__version__},
+                    "dtype": "fp32", "rounds_timed": args.rounds - 1, "equal_length": not args.free_length, "trl_version": __import__("trl").__version__},
         "matmul_gflops_fp32": peak, "peak_rss_mb_both": peak_rss_mb(), "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus", "date": time.strftime("%Y-%m-%d"),
-        "command": "python benchmarks/vs_trl.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "command": "python benchmarks/vs_trl.py " + " ".join(
+            f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f" {v}")
+            for k, v in vars(args).items() if v is not False
+        ),
     }  # fmt: skip
     result["ratio_trl_over_native_per_step"] = result["trl"]["s_per_step"] / result["native"]["s_per_step"]
     result["ratio_trl_over_native_per_token"] = (

@@ -85,4 +85,6 @@ def test_shipped_configs_validate():
     assert {p.name for p in configs} >= {"demo.toml", "bfcl.toml", "code_hack.toml"}
     for path in configs:
         cfg = load_config(path)
-        assert cfg.model == "smollm2" and cfg.train.sft_steps > 0
+        assert cfg.model == "smollm2"
+        # the tool-calling recipes need a warm start (the base never calls a tool); code_hack needs none
+        assert cfg.train.sft_steps > 0 or cfg.env == "code"

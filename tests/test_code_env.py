@@ -149,3 +149,13 @@ def test_sandbox_timeout_kills_the_whole_group():
     r = run_tests(code, ADD_TESTS, "add", limits=Limits(wall_s=1.0))
     assert r.timed_out and r.passed == 0 and "timed out" in r.error
     assert _harness_processes() == []  # the whole group was killed, nothing left running
+
+
+def test_task_mix_keeps_kinds_with_signal():
+    from grpolab.preflight import task_mix
+
+    kinds = {"easy": {"prompts": 2, "mean_completion": 0.6, "solve_rate": 0.4, "frac_zero_std": 0.0},
+             "humaneval": {"prompts": 2, "mean_completion": 0.0, "solve_rate": 0.0, "frac_zero_std": 1.0}}  # fmt: skip
+    advice = task_mix(kinds)
+    assert "task_kinds = ['easy']" in advice and "drop ['humaneval']" in advice
+    assert task_mix({"easy": kinds["easy"]}) == ""

@@ -66,7 +66,8 @@ def learnability(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, p
         group = episodes[g * group_size : (g + 1) * group_size]
         totals = [e.score.total for e in group]
         passes = sum(e.score.solved for e in group)
-        per_prompt.append({"task_id": task.id, "mean_reward": mean(totals), "passes": passes,
+        per_prompt.append({"task_id": task.id, "kind": task.kind, "mean_reward": mean(totals), "passes": passes,
+                           "mean_completion": mean([e.score.components.get("completion", 0.0) for e in group]),
                            "zero_std": len(set(totals)) == 1})  # fmt: skip
     scores = [e.score for e in episodes]
     summary = {
@@ -79,9 +80,39 @@ def learnability(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, p
         "all_pass": [p["task_id"] for p in per_prompt if p["passes"] == group_size],
         "all_fail": [p["task_id"] for p in per_prompt if p["passes"] == 0],
         "per_prompt": per_prompt,
+        "by_kind": by_kind(per_prompt, group_size),
     }
     summary["recommendation"] = recommend(summary)
+    mix = task_mix(summary["by_kind"])
+    if mix:
+        summary["recommendation"] += " " + mix
     return summary, episodes
+
+
+def by_kind(per_prompt: list[dict[str, Any]], group_size: int) -> dict[str, dict[str, float]]:
+    """Mean completion (partial credit), solve rate and zero-variance share per task kind."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in sorted({p["kind"] for p in per_prompt}):
+        rows = [p for p in per_prompt if p["kind"] == kind]
+        out[kind] = {"prompts": len(rows), "mean_completion": mean([p["mean_completion"] for p in rows]),
+                     "solve_rate": sum(p["passes"] for p in rows) / (len(rows) * group_size),
+                     "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in rows])}  # fmt: skip
+    return out
+
+
+def task_mix(kinds: dict[str, dict[str, float]]) -> str:
+    """Which task kinds to train on: those with reward variance and room to learn (not solved every time)."""
+    if len(kinds) < 2:
+        return ""
+    keep = [k for k, v in kinds.items() if v["frac_zero_std"] < 1 and v["solve_rate"] < 1]
+    drop = [k for k in kinds if k not in keep]
+    parts = ", ".join(
+        f"{k} (completion {v['mean_completion']:.2f}, solved {v['solve_rate']:.0%})" for k, v in kinds.items()
+    )
+    if not keep:
+        return f"Task kinds: {parts}; none carries signal yet."
+    advice = f"train on task_kinds = {keep!r}" + (f" (drop {drop}: no variance or always solved)" if drop else "")
+    return f"Task kinds: {parts}; {advice}."
 
 
 def recommend(s: dict[str, Any]) -> str:

@@ -55,6 +55,8 @@ class SamplingSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     greedy: bool = False
+    min_new_tokens: int = 0
+    """Stop tokens are masked out until an episode has this many policy tokens (benchmarks: equal-length steps)."""
 
 
 def sampling_settings(cfg: LabConfig, greedy: bool = False) -> SamplingSettings:
@@ -136,7 +138,11 @@ def run_episodes(
     next_pos = positions[:, -1].repeat_interleave(group_size) + 1  # (B,)
     forced: list[deque[int]] = [deque() for _ in episodes]
     turn_start = [0] * len(episodes)  # index in completion_ids where the current policy turn began
+    stop_list = sorted(stops)
     while not all(e.done for e in episodes):
+        if s.min_new_tokens:
+            short = torch.tensor([e.n_policy_tokens < s.min_new_tokens for e in episodes], device=device)
+            logits[short.nonzero(as_tuple=True)[0][:, None], torch.tensor(stop_list, device=device)] = -math.inf
         sampled = _sample_next(logits, s, generator)  # (B,)
         logp = torch.log_softmax(logits / (1.0 if s.greedy else s.temperature), dim=-1)
         sampled_lp = logp.gather(-1, sampled[:, None]).squeeze(-1).tolist()
