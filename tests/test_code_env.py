@@ -25,11 +25,8 @@ def env():
 
 
 def test_every_reference_solution_passes_all_its_tests(env):
-    tasks = (
-        env.tasks("train")[:40]
-        + env.tasks("heldout")[:10]
-        + [t for t in env.tasks("train") if t.kind == "humaneval"][:10]
-    )
+    every = env.tasks("train") + env.tasks("heldout")  # all of HumanEval (incl. tests that call prompt helpers)
+    tasks = [t for t in every if t.kind == "humaneval"] + [t for t in every if t.kind == "easy"][::5]
     for t in tasks:
         s = score_transcript(env, t, env.reference_transcript(t), count_tokens=len)
         assert s.components["completion"] == 1.0 and s.solved, (t.id, s.reasons["completion"])

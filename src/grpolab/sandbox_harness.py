@@ -82,7 +82,8 @@ def main() -> None:
         candidate = namespace.get(entry)
         if not callable(candidate):
             raise NameError(f"the answer does not define a function named {entry!r}")
-        scope = {"__name__": "__tests__", "candidate": candidate, entry: candidate}
+        # the tests see the answer's module names too (HumanEval tests call the prompt's helpers, e.g. encode_cyclic)
+        scope = {**namespace, "__name__": "__tests__", "candidate": candidate, entry: candidate}
         exec(compile(payload["setup"], "tests.py", "exec"), scope)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt included: nothing the model does ends scoring
         report["error"] = f"{type(exc).__name__}: {exc}"[:300]
