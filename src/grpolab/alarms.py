@@ -19,13 +19,12 @@ def welch_t(a: list[float], b: list[float]) -> float:
     """t-statistic of mean(b) - mean(a) with unequal variances; inf when both are constant and differ."""
     if len(a) < 2 or len(b) < 2:
         return 0.0
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1)
-    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
-    se = math.sqrt(va / len(a) + vb / len(b))
-    if se == 0:
-        return math.inf if mb > ma else (-math.inf if mb < ma else 0.0)
-    return (mb - ma) / se
+    return welch_t_stats(_summary(a), _summary(b))
+
+
+def _summary(xs: list[float]) -> tuple[float, float, int]:
+    m = sum(xs) / len(xs)
+    return m, sum((x - m) ** 2 for x in xs) / (len(xs) - 1), len(xs)
 
 
 def window_stats(rows: list[dict[str, Any]], episodes_per_step: int) -> tuple[float, float, int]:

@@ -26,6 +26,18 @@ RUNTIME = {
 }
 """Arguments whose value is decided where the script runs (expression instead of a literal)."""
 
+_GPU_LAUNCH = """\
+mixed_precision: bf16
+num_machines: 1
+num_processes: {gpus}
+machine_rank: 0
+main_training_function: main
+rdzv_backend: static
+same_network: true
+use_cpu: false
+"""
+"""The launch settings every GPU config shares (bf16 mixed precision on one machine with {gpus} processes)."""
+
 ACCELERATE_CONFIGS = {
     "accelerate_zero2.yaml": """\
 # DeepSpeed ZeRO-2 on one machine with {gpus} GPUs: accelerate launch --config_file {name} {script}
@@ -37,15 +49,8 @@ deepspeed_config:
   offload_param_device: none
   zero3_init_flag: false
   zero_stage: 2
-mixed_precision: bf16
-num_machines: 1
-num_processes: {gpus}
-machine_rank: 0
-main_training_function: main
-rdzv_backend: static
-same_network: true
-use_cpu: false
-""",
+"""
+    + _GPU_LAUNCH,
     "accelerate_zero3.yaml": """\
 # DeepSpeed ZeRO-3 (parameters sharded too) with {gpus} GPUs: accelerate launch --config_file {name} {script}
 compute_environment: LOCAL_MACHINE
@@ -57,15 +62,8 @@ deepspeed_config:
   zero3_init_flag: true
   zero3_save_16bit_model: true
   zero_stage: 3
-mixed_precision: bf16
-num_machines: 1
-num_processes: {gpus}
-machine_rank: 0
-main_training_function: main
-rdzv_backend: static
-same_network: true
-use_cpu: false
-""",
+"""
+    + _GPU_LAUNCH,
     "accelerate_fsdp.yaml": """\
 # FSDP2 with {gpus} GPUs: accelerate launch --config_file {name} {script}
 compute_environment: LOCAL_MACHINE
@@ -78,15 +76,8 @@ fsdp_config:
   fsdp_reshard_after_forward: true
   fsdp_state_dict_type: FULL_STATE_DICT
   fsdp_activation_checkpointing: false
-mixed_precision: bf16
-num_machines: 1
-num_processes: {gpus}
-machine_rank: 0
-main_training_function: main
-rdzv_backend: static
-same_network: true
-use_cpu: false
-""",
+"""
+    + _GPU_LAUNCH,
     "accelerate_cpu2.yaml": """\
 # Two CPU processes (gloo), to check the distributed path on one machine: accelerate launch --config_file {name} {script}
 # accelerate's MULTI_CPU type launches through mpirun; this uses its torchrun launcher instead, and the script's

@@ -169,7 +169,7 @@ class LabRollout:
 
     def __init__(self, env: Environment, cfg: LabConfig, tokenizer: Any):
         self.env, self.cfg, self.tokenizer = env, cfg, tokenizer
-        self.tasks = {_key(env.messages(t)): t for split in ("train", "heldout") for t in env.tasks(split)}  # type: ignore[arg-type]
+        self.tasks = {_key(env.messages(t)): t for t in env.all_tasks().values()}
         self.calls = 0
 
     def task_for(self, prompt: list[dict[str, Any]]) -> Task:
@@ -222,7 +222,7 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
     Each scores the transcript from the lab rollout (`transcript`, `gen_tokens` fields) or, without them, the
     completion text. The four functions share one cached score per transcript.
     """
-    tasks = {t.id: t for split in ("train", "heldout") for t in env.tasks(split)}  # type: ignore[arg-type]
+    tasks = env.all_tasks()
 
     @lru_cache(maxsize=4096)
     def score(task_id: str, text: str, gen_tokens: int | None) -> Score:

@@ -14,7 +14,7 @@ from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.evaluate import evaluate
 from grpolab.models import load_model
-from grpolab.rundir import RunDir
+from grpolab.rundir import RunDir, read_jsonl
 from grpolab.trl_backend import (
     LabRollout,
     grpo_settings,
@@ -119,11 +119,9 @@ def train_trl(cfg: LabConfig, out: Path, quiet: bool = False) -> RunDir:
     policy = trainer.accelerator.unwrap_model(trainer.model)
     summary, eps = evaluate(policy, tokenizer, env, cfg)
     record_eval(run, str(cfg.train.steps), summary, eps)
-    rows = run.metrics_path.read_text().splitlines() if run.metrics_path.is_file() else []
+    rows = read_jsonl(run.metrics_path)
     if rows:  # the last step's row gets the final held-out evaluation, as natively
-        import json
-
-        last = {**json.loads(rows[-1]), **summary}
+        last = {**rows[-1], **summary}
         run.rewind(int(last["step"]) - 1)
         run.append_jsonl(run.metrics_path, [last])
     run.save_checkpoint(cfg.train.steps, policy, trainer.optimizer, {"backend": "trl"})

@@ -59,13 +59,12 @@ def _profiles(env: str) -> Any:
 
 @lru_cache(maxsize=64)
 def _probes(env: str, weights: tuple[tuple[str, float], ...]) -> dict:
-    from grpolab.models import load_tokenizer
     from grpolab.preflight import probe_report
+    from grpolab.rewards import default_token_counter
     from grpolab.run import env_for
 
     cfg = load_config(None, {"env": env, "reward.weights": dict(weights)})
-    tok = load_tokenizer()
-    return probe_report(env_for(cfg), cfg, lambda text: len(tok(text, add_special_tokens=False).input_ids), n_tasks=3)
+    return probe_report(env_for(cfg), cfg, default_token_counter(), n_tasks=3)
 
 
 def simulate_view(env, model, f, s, c, length, beta, eps, G, lr, sim_lr, sim_steps) -> tuple[str, str, str]:

@@ -74,22 +74,19 @@ def _state(root: Path, name: str) -> dict:
 
 
 def running(root: Path, name: str) -> bool:
+    """The run's process exists and is not a zombie (a finished child of this process is reaped first)."""
     pid = _state(root, name).get("pid")
     if not isinstance(pid, int):
         return False
     try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:  # a zombie (finished, not yet reaped by this process) is not running
         os.waitpid(pid, os.WNOHANG)
-        os.kill(pid, 0)
-    except ChildProcessError:
+    except ChildProcessError:  # not our child (started before a page reload): nothing to reap
         pass
-    except ProcessLookupError:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.is_file() and stat.read_text().split(")")[-1].split()[0] == "Z")
+    return state != "Z"
 
 
 def stop(root: Path, name: str) -> str:
