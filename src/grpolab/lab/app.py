@@ -202,11 +202,18 @@ def build(root: Path) -> gr.Blocks:
         timer = gr.Timer(3.0)
 
         sim_inputs = [*cfg_inputs, sim_lr, sim_steps]
-        for comp in sim_inputs:
-            comp.change(simulate_view, sim_inputs, [cards, chart, probes])
+        # one listener per view, so its runs are serialised and the latest settings win (separate listeners
+        # per input could finish out of order and leave an older result on the page)
+        gr.on(
+            [c.change for c in sim_inputs],
+            simulate_view,
+            sim_inputs,
+            [cards, chart, probes],
+            trigger_mode="always_last",
+        )
         export_inputs = [*cfg_inputs, steps, sft_steps]
-        for comp in export_inputs:
-            comp.change(export_view, export_inputs, [script, download])
+        gr.on([c.change for c in export_inputs], export_view, export_inputs, [script, download],
+              trigger_mode="always_last")  # fmt: skip
 
         def show_run(name):
             return run_view(root, name)
