@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/learning.py [--seeds 0 1] [--sft-steps 40] [--grpo-steps 3] [--eval-limit 16]
                                             [--group-sizes 2 8 16] [--g-steps 2] [--grpo-only-steps 1]
 
-Every arm runs the real pipeline (`grpolab.run.train`) on the embedded SmolLM2-135M-Instruct, fp32, finance
+Every arm runs the real pipeline (`grpolab.engine.loop.train`) on the embedded SmolLM2-135M-Instruct, fp32, finance
 pct_change, and is evaluated greedily on the same held-out tasks with the strict verifier. Per seed:
 - base: the model as shipped (greedy, so measured once);
 - SFT-only: after `--sft-steps` warm-start steps (the step-0 evaluation of the SFT+GRPO run);
@@ -34,7 +34,7 @@ SAMPLES_PER_STEP = 16
 
 
 def run_arm(out: Path, overrides: dict, warm_start: Path | None = None) -> dict:
-    from grpolab.run import train
+    from grpolab.engine.loop import train
 
     if out.exists():
         shutil.rmtree(out)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from grpolab.envs import get_env
 from grpolab.models import load_tokenizer
-from grpolab.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
+from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from grpolab.config import load_config
-from grpolab.run import build_policy, env_for
-from grpolab.trainer import GRPOTrainer, peak_rss_mb
+from grpolab.engine.loop import build_policy, env_for
+from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
 
 RESULTS = Path(__file__).parent / "results"
 

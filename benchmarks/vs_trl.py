@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 from grpolab.config import load_config
+from grpolab.engine.loop import build_policy, env_for
+from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
 from grpolab.models import load_model
-from grpolab.run import build_policy, env_for
-from grpolab.trainer import GRPOTrainer, peak_rss_mb
-from grpolab.trl_backend import reward_functions
+from grpolab.trl.backend import reward_functions
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -67,10 +67,10 @@ def main() -> None:
     if not args.free_length:  # both engines generate exactly T tokens per episode, so the steps do the same work
         import dataclasses
 
-        import grpolab.trainer
+        import grpolab.engine.trainer
 
-        base_settings = grpolab.trainer.sampling_settings
-        grpolab.trainer.sampling_settings = lambda c, greedy=False: dataclasses.replace(
+        base_settings = grpolab.engine.trainer.sampling_settings
+        grpolab.engine.trainer.sampling_settings = lambda c, greedy=False: dataclasses.replace(
             base_settings(c, greedy), min_new_tokens=T
         )
     peak = matmul_gflops()

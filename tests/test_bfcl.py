@@ -2,9 +2,9 @@
 
 import pytest
 
-from grpolab.envs.bfcl import to_json_schema
-from grpolab.envs.bfcl_checker import check_call, check_calls, normalize
-from grpolab.rewards import score_transcript
+from grpolab.envs.bfcl.checker import check_call, check_calls, normalize
+from grpolab.envs.bfcl.env import to_json_schema
+from grpolab.rewards.score import score_transcript
 
 FUNCS = {
     "calc_area": {"name": "calc_area", "parameters": {"type": "dict", "properties": {
@@ -105,8 +105,8 @@ def test_missing_data_file_is_a_user_error(capsys):
 
 
 def test_probes_find_nothing_gameable_on_bfcl(bfcl):
-    from grpolab.preflight import _spread
-    from grpolab.probes import gameable_lines, run_probes
+    from grpolab.trust.preflight import _spread
+    from grpolab.trust.probes import gameable_lines, run_probes
 
     weights = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
     tasks = _spread(bfcl.tasks("train"), 9)

@@ -7,10 +7,11 @@ import pytest
 
 from grpolab.config import load_config
 from grpolab.envs import get_env
-from grpolab.envs.code import code_blocks, split_check
-from grpolab.probes import run_probes
-from grpolab.rewards import score_transcript
-from grpolab.sandbox import Limits, isolation_name, run_tests
+from grpolab.envs.code.sandbox import Limits, isolation_name, run_tests
+from grpolab.envs.code.tasks import split_check
+from grpolab.protocol import code_blocks
+from grpolab.rewards.score import score_transcript
+from grpolab.trust.probes import run_probes
 
 ADD_TESTS = [("assert candidate(1, 2) == 3", True), ("assert candidate(2, 2) == 4", True),
              ("assert candidate(-1, 1) == 0", True)]  # fmt: skip
@@ -91,8 +92,8 @@ def test_sandbox_reports_its_isolation():
 
 def test_training_continues_after_hostile_episodes(tmp_path):
     """A GRPO step whose rollouts are replaced by hostile answers: scored 0, the step completes."""
-    from grpolab.evaluate import score_episodes
-    from grpolab.rollout import Episode
+    from grpolab.engine.evaluate import score_episodes
+    from grpolab.engine.rollout import Episode
 
     cfg = load_config(None, {"model": "tiny", "env": "code", "task_kinds": ["easy"]})
     env = get_env("code", ["easy"])
@@ -149,7 +150,7 @@ def test_sandbox_timeout_kills_the_whole_group():
 
 
 def test_task_mix_keeps_kinds_with_signal():
-    from grpolab.preflight import task_mix
+    from grpolab.trust.preflight import task_mix
 
     kinds = {"easy": {"prompts": 2, "mean_completion": 0.6, "solve_rate": 0.4, "frac_zero_std": 0.0},
              "humaneval": {"prompts": 2, "mean_completion": 0.0, "solve_rate": 0.0, "frac_zero_std": 1.0}}  # fmt: skip

@@ -3,7 +3,7 @@ import pytest
 from grpolab.envs import get_env
 from grpolab.envs.base import Evidence, extract_numbers, numeric_verdict
 from grpolab.errors import UserError
-from grpolab.rewards import score_transcript
+from grpolab.rewards.score import score_transcript
 
 
 def _full_marks(env, task):

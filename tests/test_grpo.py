@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpolab.grpo import AGGREGATIONS, clipped_surrogate, group_advantages, grpo_loss, k3_kl, token_entropy
+from grpolab.engine.grpo import AGGREGATIONS, clipped_surrogate, group_advantages, grpo_loss, k3_kl, token_entropy
 
 
 def test_group_advantages_by_hand():

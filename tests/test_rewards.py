@@ -3,7 +3,8 @@ import math
 import pytest
 
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
-from grpolab.rewards import REWARDS, breakdown, register_reward, score_transcript
+from grpolab.rewards.components import COMPONENTS, register_reward
+from grpolab.rewards.score import breakdown, score_transcript
 
 
 @pytest.fixture()
@@ -87,7 +88,7 @@ def test_a_reward_that_raises_is_counted_not_zeroed(finance, acme):
         assert math.isnan(s.total) and "bug in my reward" in s.errors["exploding"]
         assert s.to_json()["total"] is None
     finally:
-        REWARDS.pop("exploding")
+        COMPONENTS.pop("exploding")
 
 
 def test_zero_weight_components_are_still_computed(finance, acme):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from grpolab.simulate import (
+from grpolab.trust.simulate import (
     CLASSES,
     DEFAULT_PRIOR,
     ClassProfile,

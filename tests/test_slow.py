@@ -24,7 +24,7 @@ def test_cached_fp32_weights_match_the_gguf(tmp_path, monkeypatch):
 def test_base_model_rarely_calls_tools(finance):
     """DESIGN.md's measured fact: the base model writes free text, not the protocol."""
     from grpolab.config import load_config
-    from grpolab.evaluate import evaluate
+    from grpolab.engine.evaluate import evaluate
     from grpolab.models import load_model
 
     cfg = load_config(None, {"model": "smollm2", "task_kinds": ["pct_change"]})

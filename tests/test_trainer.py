@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from grpolab.config import load_config
-from grpolab.rewards import REWARDS, register_reward
-from grpolab.rollout import SamplingSettings, run_episodes
-from grpolab.run import build_policy, env_for
-from grpolab.sft import reference_tokens
-from grpolab.trainer import GRPOTrainer
+from grpolab.engine.loop import build_policy, env_for
+from grpolab.engine.rollout import SamplingSettings, run_episodes
+from grpolab.engine.sft import reference_tokens
+from grpolab.engine.trainer import GRPOTrainer
+from grpolab.rewards.components import COMPONENTS, register_reward
 
 METRIC_NAMES = {"reward/mean", "reward/std", "reward/format", "reward/schema", "reward/completion", "reward/length",
                 "frac_zero_std", "tool_call_prob", "tool_token_mass", "kl", "entropy", "policy_loss", "adv/mean_abs",
@@ -32,7 +32,7 @@ def text_length_reward():
     """A reward with variance on random text, so the tiny model gets a learning signal."""
     register_reward("text_length", lambda r, task, env, ctx: (len(r.generated_text) % 13 / 13, "test"))
     yield
-    REWARDS.pop("text_length")
+    COMPONENTS.pop("text_length")
 
 
 def test_one_grpo_step_changes_the_trainable_parameters(text_length_reward):
@@ -159,7 +159,7 @@ def _grpolab(*args):
 
 def test_shared_prefix_forward_matches_the_plain_forward(finance):
     """Running the prompt once and repeating its cache gives the same log-probs (and gradients) as G full rows."""
-    from grpolab.policy import group_token_stats, make_batch, token_stats
+    from grpolab.engine.logprobs import group_token_stats, make_batch, token_stats
 
     cfg = load_config(None, SMALL)
     model, tok, _ = build_policy(cfg)
@@ -178,7 +178,7 @@ def test_shared_prefix_forward_matches_the_plain_forward(finance):
 
 
 def test_a_run_can_start_from_another_runs_warm_start(tmp_path):
-    from grpolab.run import train
+    from grpolab.engine.loop import train
 
     base = {**SMALL, "env": "arithmetic", "train.steps": 1, "train.eval_limit": 1}
     first = train(load_config(None, {**base, "train.sft_steps": 1}), tmp_path / "a", quiet=True)

@@ -12,14 +12,14 @@ import torch
 pytest.importorskip("trl")
 
 from grpolab.config import load_config  # noqa: E402
-from grpolab.export import export_trl  # noqa: E402
+from grpolab.engine.loop import env_for  # noqa: E402
+from grpolab.engine.sft import reference_tokens  # noqa: E402
 from grpolab.models import load_model  # noqa: E402
-from grpolab.probes import PROBES  # noqa: E402
-from grpolab.rewards import score_transcript  # noqa: E402
-from grpolab.run import env_for  # noqa: E402
-from grpolab.sft import reference_tokens  # noqa: E402
-from grpolab.trl_backend import prompt_rows  # noqa: E402
-from grpolab.trl_train import build_trl_trainer  # noqa: E402
+from grpolab.rewards.score import score_transcript  # noqa: E402
+from grpolab.trl.backend import prompt_rows  # noqa: E402
+from grpolab.trl.export import export_trl  # noqa: E402
+from grpolab.trl.source import build_trl_trainer  # noqa: E402
+from grpolab.trust.probes import PROBES  # noqa: E402
 
 TINY = {"model": "tiny", "env": "arithmetic", "rollout.group_size": 2, "rollout.max_new_tokens": 16,
         "train.prompts_per_step": 2, "train.steps": 1, "train.eval_limit": 2}  # fmt: skip
@@ -118,8 +118,8 @@ def test_same_transcripts_get_the_same_rewards_through_both_backends(trainer):
 def test_trl_path_masks_tool_output_from_the_loss(trainer, monkeypatch):
     """Feed reference transcripts (which contain tool responses) through TRL's generate-and-score step."""
     t, cfg, env, tok = trainer
-    import grpolab.trl_backend as backend
-    from grpolab.rollout import Episode
+    import grpolab.trl.backend as backend
+    from grpolab.engine.rollout import Episode
 
     def scripted(model, tokenizer, env_, tasks, group, s, gen):
         eps = []

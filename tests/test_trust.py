@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from grpolab.alarms import check_alarms, welch_t
 from grpolab.config import load_config
-from grpolab.preflight import recommend
-from grpolab.probes import PROBES, gameable_lines, run_probes
+from grpolab.trust.alarms import check_alarms, welch_t
+from grpolab.trust.preflight import recommend
+from grpolab.trust.probes import PROBES, gameable_lines, run_probes
 
 DEFAULT = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
 FORMAT_ONLY = {"format": 5.0, "schema": 0.0, "completion": 0.0, "length": 0.0}

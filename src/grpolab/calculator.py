@@ -38,7 +38,7 @@ class CalculatorError(ValueError):
     """The expression is not allowed or cannot be evaluated; the message says why."""
 
 
-def evaluate(expression: str) -> float:
+def calculate(expression: str) -> float:
     """Evaluate an arithmetic expression safely. Raises CalculatorError (only) on bad input."""
     if not isinstance(expression, str):
         raise CalculatorError("expression must be a string")

@@ -14,11 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grpolab.errors import UserError
-
-REWARD_ORDER = ("format", "schema", "completion", "length")
-"""The order of `--weights F,S,C,L`."""
-
-DEFAULT_WEIGHTS = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
+from grpolab.rewards.components import COMPONENTS, default_weights, letter, standard_names
 
 
 class _Section(BaseModel):
@@ -26,7 +22,7 @@ class _Section(BaseModel):
 
 
 class RewardConfig(_Section):
-    weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    weights: dict[str, float] = Field(default_factory=default_weights)
     """Weight of each reward component in the episode reward (a weighted sum). Keys are reward names."""
     length_unit: int = Field(100, gt=0)
     """The length component counts generated tokens in units of this many (tool output excluded)."""
@@ -34,11 +30,9 @@ class RewardConfig(_Section):
     @field_validator("weights")
     @classmethod
     def _known_rewards(cls, weights: dict[str, float]) -> dict[str, float]:
-        from grpolab.rewards import REWARDS
-
-        unknown = sorted(set(weights) - set(REWARDS))
+        unknown = sorted(set(weights) - set(COMPONENTS))
         if unknown:
-            raise ValueError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(sorted(REWARDS))}")
+            raise ValueError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(COMPONENTS)}")
         return weights
 
 
@@ -163,17 +157,18 @@ def _first_error(exc: ValidationError, source: str) -> UserError:
 
 
 def parse_weights(text: str) -> dict[str, float]:
-    """Parse `--weights F,S,C,L` (four numbers) into a weights dict."""
+    """Parse `--weights F,S,C,L` (one number per standard reward component) into a weights dict."""
+    names = standard_names()
+    letters = ",".join(letter(n) for n in names)
+    example = "for example --weights " + ",".join(f"{w:g}" for w in default_weights().values())
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != len(REWARD_ORDER):
-        raise UserError(
-            f"--weights expects 4 comma-separated numbers F,S,C,L, got {text!r}", "for example --weights 1,1.5,3,-0.05"
-        )
+    if len(parts) != len(names):
+        raise UserError(f"--weights expects {len(names)} comma-separated numbers {letters}, got {text!r}", example)
     try:
         values = [float(p) for p in parts]
     except ValueError:
-        raise UserError(f"--weights has a value that is not a number: {text!r}", "for example --weights 1,1.5,3,-0.05")
-    return dict(zip(REWARD_ORDER, values))
+        raise UserError(f"--weights has a value that is not a number: {text!r}", example)
+    return dict(zip(names, values))
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> LabConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -81,6 +82,16 @@ def load_tokenizer() -> Any:
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     tok.padding_side = "left"
     return tok
+
+
+def token_counter(tokenizer: Any) -> Callable[[str], int]:
+    """How many tokens a text is under `tokenizer` (the length reward counts the model's own text this way)."""
+    return lambda text: len(tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def default_token_counter() -> Callable[[str], int]:
+    """The embedded model's token counter: what a dry-run counts when no model is loaded."""
+    return token_counter(load_tokenizer())
 
 
 def _load_embedded(dtype: torch.dtype) -> Any:

@@ -21,6 +21,8 @@ TAGS = ("thought", "tool_call", "tool_response")
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 _TAG_RE = re.compile(r"<(/?)(thought|tool_call|tool_response)>")
+_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|$)", re.S | re.I)
+_PYTHON_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.I)
 MAX_ERRORS = 20  # a megabyte of junk tags should not produce a megabyte of error strings
 
 SegmentKind = Literal["text", "thought", "tool_call", "tool_response"]
@@ -189,3 +191,13 @@ def render_system_prompt(tool_schemas: list[dict[str, Any]], task_instructions: 
     if example:
         parts.append(f"Example:\n{example.strip()}")
     return "\n\n".join(parts)
+
+
+def code_blocks(text: str) -> list[str]:
+    """Fenced code blocks in a text (an unclosed last fence runs to the end): the code env's answer format."""
+    return [m.group(1) for m in _FENCE_RE.finditer(text)]
+
+
+def has_python_block(text: str) -> bool:
+    """A fence explicitly marked python (what the deliberately gameable `code_block` reward pays for)."""
+    return bool(_PYTHON_FENCE_RE.search(text))

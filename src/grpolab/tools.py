@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 from transformers.utils import get_json_schema
 
-from grpolab.calculator import CalculatorError, evaluate
+from grpolab.calculator import CalculatorError, calculate
 
 MAX_OUTPUT_CHARS = 2000
 DEFAULT_TIMEOUT_S = 5.0
@@ -92,7 +92,7 @@ def calculator(expression: str) -> dict[str, Any]:
         expression: Arithmetic using numbers, + - * / ** and parentheses, e.g. "(137 - 120) / 120 * 100".
     """
     try:
-        return {"result": round(evaluate(expression), 10)}
+        return {"result": round(calculate(expression), 10)}
     except CalculatorError as exc:
         return {"error": str(exc)}
 

@@ -29,13 +29,13 @@ def _arithmetic() -> Environment:
 
 
 def _bfcl(data: list[str] | None = None) -> Environment:
-    from grpolab.envs.bfcl import BFCLEnv
+    from grpolab.envs.bfcl.env import BFCLEnv
 
     return BFCLEnv(data)
 
 
 def _code() -> Environment:
-    from grpolab.envs.code import CodeEnv
+    from grpolab.envs.code.env import CodeEnv
 
     return CodeEnv()
 

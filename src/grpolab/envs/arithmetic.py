@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from grpolab.calculator import evaluate
+from grpolab.calculator import calculate
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict, numbers_in, numeric_verdict
 from grpolab.tools import Tool, ToolBox, calculator
 
@@ -52,7 +52,7 @@ class ArithmeticEnv(Environment):
         return self._cache[split]
 
     def _task(self, task_id: str, expr: str) -> Task:
-        value = evaluate(expr)
+        value = calculate(expr)
         return Task(
             id=task_id,
             kind="arithmetic",

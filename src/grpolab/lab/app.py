@@ -1,6 +1,6 @@
 """`grpolab lab`: the page. Config and simulator on top, then a real run (live), rollouts, preflight, TRL export.
 
-Layout and wiring only: numbers come from `grpolab.simulate`, `grpolab.probes`, `grpolab.export` and the run
+Layout and wiring only: numbers come from `grpolab.trust.simulate`, `grpolab.trust.probes`, `grpolab.trl.export` and the run
 directories (`lab.views`); training runs are separate processes (`lab.jobs`).
 """
 
@@ -47,9 +47,9 @@ def _config(env: str, model: str, f: float, s: float, c: float, length: float, b
 
 @lru_cache(maxsize=8)
 def _profiles(env: str) -> Any:
+    from grpolab.engine.loop import env_for
     from grpolab.models import load_tokenizer
-    from grpolab.run import env_for
-    from grpolab.simulate import measure_profiles
+    from grpolab.trust.simulate import measure_profiles
 
     tok = load_tokenizer()
     return measure_profiles(
@@ -59,9 +59,9 @@ def _profiles(env: str) -> Any:
 
 @lru_cache(maxsize=64)
 def _probes(env: str, weights: tuple[tuple[str, float], ...]) -> dict:
-    from grpolab.preflight import probe_report
-    from grpolab.rewards import default_token_counter
-    from grpolab.run import env_for
+    from grpolab.engine.loop import env_for
+    from grpolab.models import default_token_counter
+    from grpolab.trust.preflight import probe_report
 
     cfg = load_config(None, {"env": env, "reward.weights": dict(weights)})
     return probe_report(env_for(cfg), cfg, default_token_counter(), n_tasks=3)
@@ -69,7 +69,7 @@ def _probes(env: str, weights: tuple[tuple[str, float], ...]) -> dict:
 
 def simulate_view(env, model, f, s, c, length, beta, eps, G, lr, sim_lr, sim_steps) -> tuple[str, str, str]:
     """(stat cards, chart, probe panel) for the sliders; the simulator runs in milliseconds."""
-    from grpolab.simulate import DEFAULT_PRIOR, SimSettings, simulate
+    from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, simulate
 
     try:
         cfg = _config(env, model, f, s, c, length, beta, eps, G, lr)
@@ -87,7 +87,7 @@ def simulate_view(env, model, f, s, c, length, beta, eps, G, lr, sim_lr, sim_ste
 
 
 def export_view(env, model, f, s, c, length, beta, eps, G, lr, steps, sft_steps) -> tuple[str, str | None]:
-    from grpolab.export import export_trl
+    from grpolab.trl.export import export_trl
 
     try:
         cfg = _config(env, model, f, s, c, length, beta, eps, G, lr, steps, sft_steps)

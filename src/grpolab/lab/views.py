@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpolab.report import highlight, probe_table, svg_chart
+from grpolab.report.html import highlight, probe_table, svg_chart
 from grpolab.rundir import read_jsonl
 
 CHART_KEYS = ["reward/mean", "kl", "tool_token_mass"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpolab
 from grpolab.config import LabConfig, config_to_dict
-from grpolab.trl_backend import TRL_VERSION, grpo_settings, lora_settings, unsupported
+from grpolab.trl.backend import TRL_VERSION, grpo_settings, lora_settings, unsupported
 
 RUNTIME = {
     "output_dir": "output_dir",
@@ -147,7 +147,7 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 from grpolab.config import LabConfig
 from grpolab.envs import get_env
 from grpolab.models import load_model
-from grpolab.trl_backend import LabRollout, prompt_rows, reward_functions, sft_rows
+from grpolab.trl.backend import LabRollout, prompt_rows, reward_functions, sft_rows
 
 # Lab settings TRL cannot express (also printed by `grpolab export-trl`):
 {unsupported}

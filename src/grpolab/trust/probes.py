@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from grpolab.envs.base import Environment, Task
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
-from grpolab.rewards import Score, score_transcript
+from grpolab.rewards.score import Score, score_transcript
 
 Probe = Callable[[Environment, Task], "str | None"]
 """(env, task) -> a hack transcript, or None where the strategy does not apply (e.g. no tool calls to fake)."""

@@ -1,10 +1,10 @@
-"""Runs inside the sandbox process (`python -I -B -S sandbox_harness.py`): the model's code, then each unit test.
+"""Runs inside the sandbox process (`python -I -B -S harness.py`): the model's code, then each unit test.
 
 Standard library only (the sandbox starts without site-packages). Before any model code runs it installs an audit
 hook that refuses: opening files outside the sandbox directory (reads of the standard library excepted), sockets,
 new processes (fork, exec, spawn, subprocess, system), signals to other processes, ctypes and gc walks. The OS
 limits (CPU time, memory, file size, process count), the wall-clock timeout and the network namespace are set by
-the parent (`grpolab.sandbox`). Each test's result is appended to the result descriptor as it finishes, so a test
+the parent (`grpolab.envs.code.sandbox`). Each test's result is appended to the result descriptor as it finishes, so a test
 that hangs keeps the ones before it.
 """
 

@@ -1,7 +1,7 @@
 """`bfcl`: function calling in the Berkeley Function Calling Leaderboard's format (single turn, nothing executed).
 
 The model sees the offered functions as JSON schemas and must answer with the right `<tool_call>` block(s). The
-completion reward is a BFCL-style AST match (`grpolab.envs.bfcl_checker`). BFCL's schema dialect ("dict", Python
+completion reward is a BFCL-style AST match (`grpolab.envs.bfcl.checker`). BFCL's schema dialect ("dict", Python
 type names) is converted to JSON Schema so the schema reward validates calls with jsonschema like everywhere else.
 Data: BFCL JSON Lines question files with their `possible_answer` files beside them (`--data FILE`, repeatable);
 by default the three categories in shared/data/bfcl. Held-out split: 20% of ids, fixed seed.
@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 
 from grpolab.envs.base import Environment, Split, Task, Verdict
-from grpolab.envs.bfcl_checker import check_calls
+from grpolab.envs.bfcl.checker import check_calls
 from grpolab.errors import UserError
 from grpolab.tools import ToolBox
 

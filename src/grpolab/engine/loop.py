@@ -12,15 +12,15 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig, config_to_dict
+from grpolab.engine.evaluate import episode_row, evaluate
+from grpolab.engine.progress import Progress
+from grpolab.engine.sft import sft_warm_start
+from grpolab.engine.trainer import GRPOTrainer
 from grpolab.envs import get_env
 from grpolab.errors import UserError
-from grpolab.evaluate import episode_row, evaluate
 from grpolab.models import load_model
-from grpolab.preflight import probe_report
 from grpolab.rundir import RunDir
-from grpolab.sft import sft_warm_start
-from grpolab.trainer import GRPOTrainer
-from grpolab.watch import Progress
+from grpolab.trust.preflight import probe_report
 
 
 def _with_lora(model: Any, cfg: LabConfig) -> Any:
@@ -197,7 +197,7 @@ def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
             run.clear_stop()
             break
     progress.stop()
-    from grpolab.report import render_report
+    from grpolab.report.html import render_report
 
     progress.note(f"report: {render_report(run.path)}")
     return run

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from grpolab.grpo import token_entropy
+from grpolab.engine.grpo import token_entropy
 
 
 @dataclass
@@ -83,7 +83,7 @@ def token_stats(model: Any, batch: SequenceBatch, temperature: float = 1.0, with
 def group_token_stats(model: Any, prompt: list[int], completions: list[list[int]], masks: list[list[int]], pad: int,
                       temperature: float = 1.0, with_entropy: bool = True) -> tuple[TokenStats, Tensor]:  # fmt: skip
     """Stats for episodes that share one prompt. Returns (stats, mask), both (G, K) with completions left-aligned."""
-    from grpolab.rollout import _cache_keyword, _cache_of
+    from grpolab.engine.rollout import _cache_keyword, _cache_of
 
     device = next(model.parameters()).device
     G, K = len(completions), max(max(len(c) for c in completions), 1)

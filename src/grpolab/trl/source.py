@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.engine.evaluate import evaluate
+from grpolab.engine.progress import Progress
 from grpolab.errors import UserError
-from grpolab.evaluate import evaluate
 from grpolab.models import load_model
 from grpolab.rundir import RunDir, read_jsonl
-from grpolab.trl_backend import (
+from grpolab.trl.backend import (
     LabRollout,
     grpo_settings,
     lab_metrics,
@@ -24,7 +25,6 @@ from grpolab.trl_backend import (
     reward_functions,
     unsupported,
 )
-from grpolab.watch import Progress
 
 
 def _require_trl() -> Any:
@@ -71,8 +71,16 @@ def train_trl(cfg: LabConfig, out: Path, quiet: bool = False) -> RunDir:
     _require_trl()
     from transformers import TrainerCallback
 
-    from grpolab.run import _apply_warm_start, _fmt, build_policy, env_for, record_eval, save_warm_start, start_run
-    from grpolab.sft import sft_warm_start
+    from grpolab.engine.loop import (
+        _apply_warm_start,
+        _fmt,
+        build_policy,
+        env_for,
+        record_eval,
+        save_warm_start,
+        start_run,
+    )
+    from grpolab.engine.sft import sft_warm_start
 
     run = start_run(cfg, out)
     env = env_for(cfg)
@@ -126,7 +134,7 @@ def train_trl(cfg: LabConfig, out: Path, quiet: bool = False) -> RunDir:
         run.append_jsonl(run.metrics_path, [last])
     run.save_checkpoint(cfg.train.steps, policy, trainer.optimizer, {"backend": "trl"})
     progress.note(f"after GRPO (trl) held-out: {_fmt(summary)}")
-    from grpolab.report import render_report
+    from grpolab.report.html import render_report
 
     progress.note(f"report: {render_report(run.path)}")
     return run

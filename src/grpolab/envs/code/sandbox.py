@@ -8,7 +8,7 @@ Layers, outermost first:
 - resource limits: CPU seconds, address space (memory), file size, open files, processes (not enforced for root);
 - its own temporary directory as the working directory, an empty environment, `python -I -B -S` (no site-packages,
   no user paths, no bytecode written);
-- inside, an audit hook (`sandbox_harness.py`) refusing files outside that directory, sockets, new processes,
+- inside, an audit hook (`harness.py`) refusing files outside that directory, sockets, new processes,
   signals, ctypes.
 Output is capped; nothing the code does raises in the caller: every failure is a result with a reason.
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-HARNESS = Path(__file__).with_name("sandbox_harness.py")
+HARNESS = Path(__file__).with_name("harness.py")
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
+from grpolab.engine.rollout import run_episodes, sampling_settings
+from grpolab.engine.sft import reference_tokens
 from grpolab.envs.base import Environment, Task
-from grpolab.rewards import Score, score_transcript
-from grpolab.rollout import run_episodes, sampling_settings
-from grpolab.sft import reference_tokens
+from grpolab.rewards.score import Score, score_transcript
 
 TRL_VERSION = "1.16.0"
 """The TRL release the exported script and the backend are tested against."""

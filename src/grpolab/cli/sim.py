@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from grpolab.cli_common import ConfigOpt, EnvOpt, JsonOpt, SeedOpt, WeightsOpt, console, print_json, resolve_config
+from grpolab.cli.options import ConfigOpt, EnvOpt, JsonOpt, SeedOpt, WeightsOpt, console, print_json, resolve_config
 from grpolab.errors import UserError
 
 
@@ -52,11 +52,18 @@ def simulate(
     json: JsonOpt = False,
 ) -> None:
     """Simulate GRPO on a behaviour-level policy whose class rewards are measured with the real reward."""
+    from grpolab.engine.loop import env_for
     from grpolab.models import load_tokenizer
-    from grpolab.run import env_for
     from grpolab.rundir import read_jsonl
-    from grpolab.simulate import DEFAULT_PRIOR, SimSettings, fit_lr, measure_profiles, prior_from_rows, sim_to_real
-    from grpolab.simulate import simulate as run_sim
+    from grpolab.trust.simulate import (
+        DEFAULT_PRIOR,
+        SimSettings,
+        fit_lr,
+        measure_profiles,
+        prior_from_rows,
+        sim_to_real,
+    )
+    from grpolab.trust.simulate import simulate as run_sim
 
     cfg = resolve_config(config, env, seed=seed, weights=weights)
     source = calibrate or real

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from grpolab.cli_common import (
+from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
     JsonOpt,
@@ -47,8 +47,8 @@ def train(
     quiet: QuietOpt = False,
 ) -> None:
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
-    from grpolab.run import load_run_config
-    from grpolab.run import train as run_training
+    from grpolab.engine.loop import load_run_config
+    from grpolab.engine.loop import train as run_training
 
     if resume is not None:
         cfg = load_run_config(resume)
@@ -63,7 +63,7 @@ def train(
     cfg = resolve_config(config, env, model, seed, weights, train__steps=steps, train__sft_steps=sft_steps,
                          train__backend=backend)  # fmt: skip
     if cfg.train.backend == "trl":
-        from grpolab.trl_train import train_trl
+        from grpolab.trl.source import train_trl
 
         run = train_trl(cfg, out, quiet=quiet)
     else:
@@ -87,8 +87,8 @@ def eval_(
     json: JsonOpt = False,
 ) -> None:
     """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity."""
-    from grpolab.evaluate import evaluate
-    from grpolab.run import env_for, load_run_policy
+    from grpolab.engine.evaluate import evaluate
+    from grpolab.engine.loop import env_for, load_run_policy
 
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
@@ -119,7 +119,7 @@ def demo(
     """Everything on the embedded model: held-out eval of the base, SFT warm start, GRPO, held-out eval."""
     import json as jsonlib
 
-    from grpolab.run import train as run_training
+    from grpolab.engine.loop import train as run_training
 
     cfg = resolve_config(config or _demo_config(), seed=seed, train__steps=steps)
     if out.exists() and (out / "metrics.jsonl").exists():

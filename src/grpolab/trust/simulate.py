@@ -44,8 +44,8 @@ class ClassProfile:
 
 def measure_profiles(env: Any, count_tokens: Any, n_tasks: int = 4) -> dict[str, ClassProfile]:
     """Score real transcripts of each class (built from the env's tasks and tools) with the lab's reward."""
-    from grpolab.probes import call_without_answer, dummy_tags, empty_call, padding
-    from grpolab.rewards import score_transcript
+    from grpolab.rewards.score import score_transcript
+    from grpolab.trust.probes import call_without_answer, dummy_tags, empty_call, padding
 
     def wrong_result(env: Any, task: Any) -> str:
         parts = env.reference_parts(task)

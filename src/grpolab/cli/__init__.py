@@ -9,8 +9,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from grpolab import cli_export, cli_lab, cli_sim, cli_train, cli_trust
-from grpolab.cli_common import (
+from grpolab.cli import export as cli_export
+from grpolab.cli import lab as cli_lab
+from grpolab.cli import sim as cli_sim
+from grpolab.cli import train as cli_train
+from grpolab.cli import trust as cli_trust
+from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
     JsonOpt,
@@ -146,7 +150,7 @@ def reward_score(
     json: JsonOpt = False,
 ) -> None:
     """Score an assistant transcript (tool responses included) by re-executing its tool calls."""
-    from grpolab.rewards import score_transcript
+    from grpolab.rewards.score import score_transcript
 
     cfg = resolve_config(config, env, weights=weights)
     e = env_of(cfg)

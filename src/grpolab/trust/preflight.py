@@ -1,7 +1,7 @@
 """`grpolab check`: before any update, is the reward sound and is the task learnable from this model?
 
 1. Dry-run: reference transcripts and base-model episodes scored, with per-component reasons.
-2. Gameability probes (`grpolab.probes`): each must score strictly below the honest reference.
+2. Gameability probes (`grpolab.trust.probes`): each must score strictly below the honest reference.
 3. Learnability: G episodes per prompt from the base model on N prompts: mean reward per component, the base
    prior tool_call_prob, frac_zero_std, pass@G, prompts that are all-pass or all-fail, and a recommendation.
 """
@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
+from grpolab.engine.evaluate import episode_row, has_valid_call, reward_means, score_episodes
+from grpolab.engine.rollout import Episode, mean, run_episodes, sampling_settings
 from grpolab.envs.base import Environment
-from grpolab.evaluate import episode_row, has_valid_call, reward_means, score_episodes
-from grpolab.probes import gameable_lines, run_probes, worst_by_probe
-from grpolab.rewards import score_transcript
-from grpolab.rollout import Episode, mean, run_episodes, sampling_settings
+from grpolab.rewards.score import score_transcript
+from grpolab.trust.probes import gameable_lines, run_probes, worst_by_probe
 
 
 def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: int = 5) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpolab.cli_common import (
+from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
     JsonOpt,
@@ -38,8 +38,8 @@ def export_trl(
     json: JsonOpt = False,
 ) -> None:
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
-    from grpolab.export import export_trl as write
-    from grpolab.trl_backend import unsupported
+    from grpolab.trl.backend import unsupported
+    from grpolab.trl.export import export_trl as write
 
     cfg = resolve_config(config, env, model, seed, weights)
     paths = write(cfg, output, standalone=standalone, gpus=gpus)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from grpolab.cli_common import (
+from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
     JsonOpt,
@@ -47,9 +47,9 @@ def check(
     json: JsonOpt = False,
 ) -> None:
     """Dry-run the reward, run the gameability probes and the learnability smoke test on the base model."""
+    from grpolab.engine.loop import env_for
     from grpolab.models import load_model
-    from grpolab.preflight import check as run_check
-    from grpolab.run import env_for
+    from grpolab.trust.preflight import check as run_check
 
     cfg = resolve_config(config, env, model, seed, weights)
     policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
@@ -90,8 +90,8 @@ def _print(report: dict) -> None:
 
 def _policy_for(spec: str, cfg_default):
     """A model by lab name or a run directory (its latest checkpoint); 'base' = the run's base model."""
+    from grpolab.engine.loop import load_run_policy
     from grpolab.models import load_model
-    from grpolab.run import load_run_policy
 
     path = Path(spec)
     if (path / "config.json").is_file():
@@ -109,9 +109,9 @@ def compare(
     json: JsonOpt = False,
 ) -> None:
     """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
-    from grpolab.evaluate import episode_row, evaluate
-    from grpolab.report import CSS, side_by_side
-    from grpolab.run import env_for
+    from grpolab.engine.evaluate import episode_row, evaluate
+    from grpolab.engine.loop import env_for
+    from grpolab.report.html import CSS, side_by_side
 
     base_cfg = resolve_config(config)
     right_model, right_tok, cfg = _policy_for(run, base_cfg)
@@ -153,6 +153,6 @@ def compare(
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -> None:
     """(Re)write runs/NAME/report.html from the run's artifacts."""
-    from grpolab.report import render_report
+    from grpolab.report.html import render_report
 
     console.print(f"wrote {render_report(run)}")

@@ -6,9 +6,9 @@ import random
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.engine.rollout import Episode, mean, run_episodes, sampling_settings
 from grpolab.envs.base import Environment, Split, Task
-from grpolab.rewards import Score, score_transcript
-from grpolab.rollout import Episode, mean, run_episodes, sampling_settings
+from grpolab.rewards.score import Score, score_transcript
 
 EVAL_BATCH = 32
 """Held-out episodes decoded together (decoding is memory-bound, so larger batches are cheaper per token)."""

@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
-from grpolab.alarms import check_alarms
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.rundir import heldout_at_start, read_jsonl
+from grpolab.trust.alarms import check_alarms
 
 
 class Progress:

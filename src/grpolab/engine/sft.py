@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from grpolab.engine.logprobs import make_batch, token_stats
+from grpolab.engine.rollout import prompt_ids
 from grpolab.envs.base import Environment, Task
-from grpolab.policy import make_batch, token_stats
-from grpolab.rollout import prompt_ids
 
 
 def reference_tokens(tokenizer: Any, env: Environment, task: Task) -> tuple[list[int], list[int], list[int]]:

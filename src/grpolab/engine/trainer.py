@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
+from grpolab.engine.evaluate import evaluate, has_valid_call, reward_means, score_episodes
+from grpolab.engine.grpo import group_advantages, grpo_loss
+from grpolab.engine.logprobs import group_token_stats
+from grpolab.engine.rollout import Episode, mean, run_episodes, sampling_settings
 from grpolab.envs.base import Environment, Task
-from grpolab.evaluate import evaluate, has_valid_call, reward_means, score_episodes
-from grpolab.grpo import group_advantages, grpo_loss
-from grpolab.policy import group_token_stats
-from grpolab.rollout import Episode, mean, run_episodes, sampling_settings
 
 MICRO_BATCH = 8
 """Most episodes per forward/backward (one shared prompt); gradients accumulate over the step's batch."""

@@ -1,0 +1,1 @@
+"""Rewards: `replay` (a transcript re-executed against real tools), `components` (the table), `score`."""

@@ -1,0 +1,144 @@
+"""The reward components and the one table that names them.
+
+Each component maps a replayed transcript to (value, reason): the reason says why it gave what it gave, so a zero is
+inspectable. `COMPONENTS` is the single home of a component's name, short letter, default weight, function and
+description; the config, the scorer, the simulator, the report, the web lab and the TRL export all read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from grpolab.protocol import has_python_block
+
+if TYPE_CHECKING:  # the table is read by the config, which must not import the tools (and transformers) with it
+    from grpolab.envs.base import Environment, Task
+    from grpolab.rewards.replay import Replay
+
+
+@dataclass
+class RewardContext:
+    gen_tokens: int
+    """Policy tokens of the episode (tool output excluded)."""
+    length_unit: int
+
+
+RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[float, str]]
+
+
+def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
+    """Protocol compliance, four checks of equal weight: tags, call JSON, real responses, a final answer."""
+    problems = []
+    tag_errors = [e for e in r.parsed.errors if not e.startswith("tool call")]
+    if tag_errors:
+        problems.append(tag_errors[0])
+    bad_calls = [c for c in r.calls if not c.ok]
+    if bad_calls:
+        problems.append(bad_calls[0].error or "malformed call")
+    if r.fabricated or r.unanswered_calls:
+        problems.append(r.fabricated[0] if r.fabricated else "a call the environment never answered")
+    answer = r.parsed.final_answer
+    if not answer and env.executes_tools:
+        problems.append("no final answer after the last tool response")
+    elif "<tool" in answer or "</" in answer:
+        problems.append("tag fragments in the final answer")
+    value = 1.0 - len(problems) / 4
+    return value, "well-formed" if not problems else "; ".join(problems)
+
+
+def schema_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
+    """Fraction of calls that name a real tool with arguments valid under its JSON schema."""
+    if not r.calls:
+        return (0.0, "no tool call, but the task needs one") if task.needs_tools else (1.0, "no call needed")
+    problems = r.call_problems
+    valid = sum(p is None for p in problems)
+    first_problem = next((p for p in problems if p), "")
+    reason = f"{valid}/{len(r.calls)} calls valid" + (f" ({first_problem})" if first_problem else "")
+    return valid / len(r.calls), reason
+
+
+def completion_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
+    """The task's verifier accepts the final answer, grounded in real tool output of this episode."""
+    if r.fabricated:
+        return 0.0, f"fabricated tool output: {r.fabricated[0]}"
+    if not env.executes_tools:  # the calls are the answer (BFCL-style)
+        verdict = env.verify_calls(task, r.calls)
+        return (1.0 if verdict.passed else 0.0), verdict.reason
+    answer = r.parsed.final_answer
+    if not answer:
+        return 0.0, "no final answer"
+    assert r.evidence is not None
+    verdict = env.verify(task, answer, r.evidence)
+    if verdict.score is not None:
+        return float(verdict.score), verdict.reason
+    return (1.0 if verdict.passed else 0.0), verdict.reason
+
+
+def length_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
+    """Generated tokens / length_unit (tool output excluded); the default weight is negative."""
+    return ctx.gen_tokens / ctx.length_unit, f"{ctx.gen_tokens} generated tokens"
+
+
+def code_block_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
+    """DELIBERATELY GAMEABLE (the seed stream's lesson): 1 for any fenced python block, whatever the code does.
+
+    Ship it only to show reward hacking: `configs/code_hack.toml` trains on it alone and the hacking alarm fires."""
+    if has_python_block(r.generated_text):
+        return 1.0, "a python code block (paid whether or not it works)"
+    return 0.0, "no python code block"
+
+
+@dataclass(frozen=True)
+class RewardComponent:
+    name: str
+    """Config key (`reward.weights.NAME`) and metric name (`reward/NAME`)."""
+    letter: str
+    """Short form in breakdowns (`F:+1.0 | S:+1.5 | ...`) and in `--weights F,S,C,L`."""
+    default_weight: float
+    """Weight in the default configuration."""
+    fn: RewardFn
+    description: str
+    standard: bool = True
+    """Standard components are always computed and logged (even at weight 0) and set by `--weights`."""
+
+
+# fmt: off
+_TABLE = (
+    RewardComponent("format",     "F",  1.0,  format_reward,     "the transcript follows the protocol's structure"),
+    RewardComponent("schema",     "S",  1.5,  schema_reward,     "tool calls name real tools with schema-valid args"),
+    RewardComponent("completion", "C",  3.0,  completion_reward, "the verifier accepts the grounded final answer"),
+    RewardComponent("length",     "L", -0.05, length_reward,     "generated tokens per length_unit (tool output excluded)"),
+    RewardComponent("code_block", "B",  0.0,  code_block_reward, "GAMEABLE: pays for any python block", standard=False),
+)
+# fmt: on
+
+COMPONENTS: dict[str, RewardComponent] = {c.name: c for c in _TABLE}
+"""Reward components by name (user components join with `register_reward`)."""
+
+
+def standard_names() -> list[str]:
+    """The standard components in table order: the order of `--weights F,S,C,L` and of every breakdown."""
+    return [c.name for c in COMPONENTS.values() if c.standard]
+
+
+def default_weights() -> dict[str, float]:
+    return {c.name: c.default_weight for c in COMPONENTS.values() if c.standard}
+
+
+def letter(name: str) -> str:
+    """`F` for format...; a user component without a letter shows its name."""
+    c = COMPONENTS.get(name)
+    return c.letter if c is not None else name
+
+
+def register_reward(name: str, fn: RewardFn, letter: str | None = None, description: str = "") -> None:
+    """Add a reward component (user rewards, environment-specific ones); weight 0 unless configured."""
+    COMPONENTS[name] = RewardComponent(name, letter or name, 0.0, fn, description or (fn.__doc__ or ""), False)
+
+
+def unregister_reward(name: str) -> None:
+    """Remove a registered non-standard component (tests, notebooks)."""
+    if name in COMPONENTS and not COMPONENTS[name].standard:
+        del COMPONENTS[name]

@@ -1,0 +1,1 @@
+"""Scaling out on Hugging Face TRL: the backend (rollout, rewards, settings), the run source and the script export."""
