@@ -24,12 +24,19 @@ import time
 from pathlib import Path
 
 from grpolab.config import load_config
-from grpolab.rundir import read_jsonl
+from grpolab.rundir import RunDir
 
 RESULTS = Path(__file__).parent / "results"
-BASE = {"model": "smollm2", "env": "finance", "task_kinds": ["pct_change"], "rollout.max_new_tokens": 160,
-        "rollout.max_turns": 2, "train.eval_every": 0, "train.checkpoint_every": 100,
-        "train.episodes_per_step_logged": 0}  # fmt: skip
+BASE = {
+    "model": "smollm2",
+    "env": "finance",
+    "task_kinds": ["pct_change"],
+    "rollout.max_new_tokens": 160,
+    "rollout.max_turns": 2,
+    "train.eval_every": 0,
+    "train.checkpoint_every": 100,
+    "train.episodes_per_step_logged": 0,
+}
 SAMPLES_PER_STEP = 16
 
 
@@ -43,7 +50,7 @@ def run_arm(out: Path, overrides: dict, warm_start: Path | None = None) -> dict:
     train(cfg, out, quiet=True, warm_start=warm_start)
     minutes = (time.perf_counter() - t0) / 60
     summary = json.loads((out / "eval" / "summary.json").read_text())
-    metrics = read_jsonl(out / "metrics.jsonl")
+    metrics = RunDir(out).metrics()
     return {"minutes": minutes, "evals": summary, "metrics": metrics}
 
 
@@ -73,31 +80,40 @@ def main() -> None:
             "minutes_sft_grpo_total": full["minutes"],
             "train_reward": [m.get("reward/mean") for m in full["metrics"]],
             "train_success": [m.get("success") for m in full["metrics"]],
-        }  # fmt: skip
+        }
         if i == 0:  # greedy evaluation of the shipped model does not depend on the seed: measured once
             result["base"] = heldout(full["evals"], "base")
         print(json.dumps({"seed": seed, **result["seeds"][seed]}), flush=True)
     seed0 = args.seeds[0]
-    grpo_only = run_arm(args.out / "grpo_only", {**common, "seed": seed0, "train.sft_steps": 0,
-                                                 "train.steps": args.grpo_only_steps})  # fmt: skip
+    grpo_only = run_arm(
+        args.out / "grpo_only", {**common, "seed": seed0, "train.sft_steps": 0, "train.steps": args.grpo_only_steps}
+    )
     result["grpo_only"] = {
         **heldout(grpo_only["evals"], str(args.grpo_only_steps)),
         "frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in grpo_only["metrics"]),
         "train_tool_call_prob": statistics.mean(m.get("tool_call_prob", 0.0) for m in grpo_only["metrics"]),
         "minutes": grpo_only["minutes"],
-    }  # fmt: skip
+    }
     print(json.dumps({"grpo_only": result["grpo_only"]}), flush=True)
     for G in args.group_sizes:  # all from seed 0's SFT warm start, equal samples per step
-        r = run_arm(args.out / f"g{G}", {**common, "seed": seed0, "rollout.group_size": G,
-                                         "train.prompts_per_step": SAMPLES_PER_STEP // G, "train.steps": args.g_steps},
-                    warm_start=args.out / f"sft_grpo-{seed0}")  # fmt: skip
+        r = run_arm(
+            args.out / f"g{G}",
+            {
+                **common,
+                "seed": seed0,
+                "rollout.group_size": G,
+                "train.prompts_per_step": SAMPLES_PER_STEP // G,
+                "train.steps": args.g_steps,
+            },
+            warm_start=args.out / f"sft_grpo-{seed0}",
+        )
         result["group_size"][G] = {
             "prompts_per_step": SAMPLES_PER_STEP // G,
             "frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in r["metrics"]),
             "heldout_success_after": heldout(r["evals"], str(args.g_steps))["success"],
             "heldout_success_before": heldout(r["evals"], "0")["success"],
             "minutes": r["minutes"],
-        }  # fmt: skip
+        }
         print(json.dumps({"G": G, **result["group_size"][G]}), flush=True)
     seeds = list(result["seeds"].values())
     margins = [s["sft_grpo"]["success"] - s["sft_only"]["success"] for s in seeds]
@@ -108,7 +124,7 @@ def main() -> None:
         "grpo_margin_per_seed": margins,
         "minutes_sft_grpo_mean": statistics.mean(s["minutes_sft_grpo_total"] for s in seeds),
         "heldout_tasks": args.eval_limit,
-    }  # fmt: skip
+    }
     result["date"] = time.strftime("%Y-%m-%d")
     result["command"] = "python benchmarks/learning.py " + " ".join(
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
@@ -129,8 +145,12 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     seeds = list(result["seeds"].values())
     for i, metric in enumerate(("success", "tool_call_prob", "schema")):
-        vals = [[result["base"][metric]], [s["sft_only"][metric] for s in seeds], [s["sft_grpo"][metric] for s in seeds],
-                [result["grpo_only"][metric]]]  # fmt: skip
+        vals = [
+            [result["base"][metric]],
+            [s["sft_only"][metric] for s in seeds],
+            [s["sft_grpo"][metric] for s in seeds],
+            [result["grpo_only"][metric]],
+        ]
         means = [statistics.mean(v) for v in vals]
         axes[0].bar([x + i * 0.27 for x in range(len(arms))], means, width=0.27, label=metric)
         for x, v in enumerate(vals):

@@ -11,20 +11,19 @@ import json
 import time
 from pathlib import Path
 
+from grpolab.config import LabConfig
 from grpolab.envs import get_env
-from grpolab.models import load_tokenizer
+from grpolab.models import default_token_counter
 from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def main() -> None:
-    tok = load_tokenizer()
-    profiles = measure_profiles(get_env("finance"), lambda text: len(tok(text, add_special_tokens=False).input_ids))
-    weights = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
+    profiles = measure_profiles(get_env("finance"), default_token_counter())
     result = {}
     for runs in (1, 16):
-        best = min(_time(profiles, SimSettings(weights=weights, steps=1000, runs=runs)) for _ in range(5))
+        best = min(_time(profiles, SimSettings(LabConfig(), steps=1000, runs=runs)) for _ in range(5))
         result[f"ms_per_1000_iterations_runs={runs}"] = round(best * 1000, 1)
     result = {**result, "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/sim_speed.py"}
     RESULTS.mkdir(exist_ok=True)

@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 
 from grpolab.config import load_config
-from grpolab.engine.loop import build_policy, env_for
+from grpolab.engine.policy import build_policy
 from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
+from grpolab.envs import env_for
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -30,9 +31,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--model", default="smollm2")
     args = ap.parse_args()
-    cfg = load_config(None, {"model": args.model, "rollout.group_size": args.group_size,
-                             "rollout.max_new_tokens": args.max_new_tokens, "train.prompts_per_step": 1,
-                             "task_kinds": ["pct_change"]})  # fmt: skip
+    cfg = load_config(
+        None,
+        {
+            "model": args.model,
+            "rollout.group_size": args.group_size,
+            "rollout.max_new_tokens": args.max_new_tokens,
+            "train.prompts_per_step": 1,
+            "task_kinds": ["pct_change"],
+        },
+    )
     model, tok, ref = build_policy(cfg)
     trainer = GRPOTrainer(model, tok, env_for(cfg), cfg, ref)
     rows = []
@@ -42,13 +50,17 @@ def main() -> None:
         print(json.dumps({"step": step, **rows[-1]}), flush=True)
     timed = rows[1:] or rows
     result = {
-        "model": args.model, "G": args.group_size, "max_new_tokens": args.max_new_tokens,
+        "model": args.model,
+        "G": args.group_size,
+        "max_new_tokens": args.max_new_tokens,
         "s_per_step": sum(r["perf/step_s"] for r in timed) / len(timed),
         "gen_tok_s": sum(r["perf/gen_tok_s"] for r in timed) / len(timed),
         "train_tok_s": sum(r["perf/train_tok_s"] for r in timed) / len(timed),
-        "peak_rss_mb": peak_rss_mb(), "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "date": time.strftime("%Y-%m-%d"),
-    }  # fmt: skip
+        "peak_rss_mb": peak_rss_mb(),
+        "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
     result["command"] = "python benchmarks/step_cost.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
     )

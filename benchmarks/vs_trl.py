@@ -7,8 +7,9 @@ learning rate and LoRA (r=16 on all linear layers), same lab reward functions. T
 could on this CPU: fp32 (bf16=False), no gradient checkpointing, its own generation (`model.generate`), one
 optimizer step per batch of G completions. By default both generate exactly `--max-new-tokens` tokens per episode
 (end-of-turn suppressed until then: TRL's `min_new_tokens`, the native `SamplingSettings.min_new_tokens`), so the
-two steps do the same work; `--free-length` lets episodes end early. Each round runs one TRL step, then one native step (a TRL callback runs
-the native step between TRL steps, so both see the same machine state); round 1 is warm-up and not counted.
+two steps do the same work; `--free-length` lets episodes end early. Each round runs one TRL step, then one native
+step (a TRL callback runs the native step between TRL steps, so both see the same machine state); round 1 is
+warm-up and not counted.
 
 FLOPs per step are estimated as 2N per generated token (decoding) + 2N per prompt token (prefill) + 6N per trained
 token (policy forward and backward, reference forward), N = parameter count; the hardware limit is an fp32 matmul
@@ -28,8 +29,9 @@ from pathlib import Path
 import torch
 
 from grpolab.config import load_config
-from grpolab.engine.loop import build_policy, env_for
+from grpolab.engine.policy import build_policy
 from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
+from grpolab.envs import env_for
 from grpolab.models import load_model
 from grpolab.trl.backend import reward_functions
 
@@ -61,8 +63,17 @@ def main() -> None:
     from trl import GRPOTrainer as TRLGRPOTrainer
 
     G, T = args.group_size, args.max_new_tokens
-    cfg = load_config(None, {"model": args.model, "rollout.group_size": G, "rollout.max_new_tokens": T,
-                             "rollout.max_turns": 1, "train.prompts_per_step": 1, "task_kinds": ["pct_change"]})  # fmt: skip
+    cfg = load_config(
+        None,
+        {
+            "model": args.model,
+            "rollout.group_size": G,
+            "rollout.max_new_tokens": T,
+            "rollout.max_turns": 1,
+            "train.prompts_per_step": 1,
+            "task_kinds": ["pct_change"],
+        },
+    )
     env = env_for(cfg)
     if not args.free_length:  # both engines generate exactly T tokens per episode, so the steps do the same work
         import dataclasses
@@ -98,26 +109,60 @@ def main() -> None:
             times["trl"].append({"s": dt, "completion_tokens": n_comp})
             m = native.step(state.global_step).metrics
             times["native"].append({"s": m["perf/step_s"], "completion_tokens": G * m["completion_len"]})
-            print(json.dumps({"round": state.global_step, "trl_s": round(dt, 2), "trl_tokens": n_comp,
-                              "native_s": round(m["perf/step_s"], 2), "native_tokens": G * m["completion_len"]}),
-                  flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "round": state.global_step,
+                        "trl_s": round(dt, 2),
+                        "trl_tokens": n_comp,
+                        "native_s": round(m["perf/step_s"], 2),
+                        "native_tokens": G * m["completion_len"],
+                    }
+                ),
+                flush=True,
+            )
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        targs = GRPOConfig(output_dir="/tmp/grpolab-vs-trl", num_generations=G, per_device_train_batch_size=G,
-                           gradient_accumulation_steps=1, max_steps=args.rounds, max_completion_length=T,
-                           learning_rate=cfg.grpo.learning_rate, beta=cfg.grpo.beta, epsilon=cfg.grpo.epsilon,
-                           temperature=cfg.rollout.temperature, bf16=False, use_cpu=True,
-                           gradient_checkpointing=False, lr_scheduler_type="constant", logging_steps=1,
-                           save_strategy="no", report_to="none", reward_weights=weights, seed=cfg.seed,
-                           remove_unused_columns=False, disable_tqdm=True,
-                           generation_kwargs=None if args.free_length else {"min_new_tokens": T})  # fmt: skip
+        targs = GRPOConfig(
+            output_dir="/tmp/grpolab-vs-trl",
+            num_generations=G,
+            per_device_train_batch_size=G,
+            gradient_accumulation_steps=1,
+            max_steps=args.rounds,
+            max_completion_length=T,
+            learning_rate=cfg.grpo.learning_rate,
+            beta=cfg.grpo.beta,
+            epsilon=cfg.grpo.epsilon,
+            temperature=cfg.rollout.temperature,
+            bf16=False,
+            use_cpu=True,
+            gradient_checkpointing=False,
+            lr_scheduler_type="constant",
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            reward_weights=weights,
+            seed=cfg.seed,
+            remove_unused_columns=False,
+            disable_tqdm=True,
+            generation_kwargs=None if args.free_length else {"min_new_tokens": T},
+        )
         trainer = TRLGRPOTrainer(
-            model=trl_model, reward_funcs=funcs, args=targs, train_dataset=Dataset.from_list(rows),
-            processing_class=trl_tok, callbacks=[Alternate()],
-            peft_config=LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                                   target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM"),
-        )  # fmt: skip
+            model=trl_model,
+            reward_funcs=funcs,
+            args=targs,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=trl_tok,
+            callbacks=[Alternate()],
+            peft_config=LoraConfig(
+                r=cfg.lora.rank,
+                lora_alpha=cfg.lora.alpha,
+                lora_dropout=cfg.lora.dropout,
+                target_modules=cfg.lora.target_modules,
+                task_type="CAUSAL_LM",
+            ),
+        )
     trainer.train()
 
     def summary(rows: list[dict]) -> dict:
@@ -125,20 +170,40 @@ def main() -> None:
         s = sum(r["s"] for r in timed) / len(timed)
         comp = sum(r["completion_tokens"] for r in timed) / len(timed)
         flops = 2 * n_params * comp + 2 * n_params * prompt_len + 6 * n_params * (prompt_len * G + comp)
-        return {"s_per_step": s, "completion_tokens_per_step": comp, "s_per_1k_completion_tokens": 1000 * s / comp,
-                "step_gflop": flops / 1e9, "fraction_of_matmul_peak": flops / s / (peak * 1e9)}  # fmt: skip
+        return {
+            "s_per_step": s,
+            "completion_tokens_per_step": comp,
+            "s_per_1k_completion_tokens": 1000 * s / comp,
+            "step_gflop": flops / 1e9,
+            "fraction_of_matmul_peak": flops / s / (peak * 1e9),
+        }
 
     result = {
-        "native": summary(times["native"]), "trl": summary(times["trl"]),
-        "setting": {"model": args.model, "G": G, "max_new_tokens": T, "beta": cfg.grpo.beta, "lora_rank": cfg.lora.rank,
-                    "dtype": "fp32", "rounds_timed": args.rounds - 1, "equal_length": not args.free_length, "trl_version": __import__("trl").__version__},
-        "matmul_gflops_fp32": peak, "peak_rss_mb_both": peak_rss_mb(), "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus", "date": time.strftime("%Y-%m-%d"),
-        "command": "python benchmarks/vs_trl.py " + " ".join(
+        "native": summary(times["native"]),
+        "trl": summary(times["trl"]),
+        "setting": {
+            "model": args.model,
+            "G": G,
+            "max_new_tokens": T,
+            "beta": cfg.grpo.beta,
+            "lora_rank": cfg.lora.rank,
+            "dtype": "fp32",
+            "rounds_timed": args.rounds - 1,
+            "equal_length": not args.free_length,
+            "trl_version": __import__("trl").__version__,
+        },
+        "matmul_gflops_fp32": peak,
+        "peak_rss_mb_both": peak_rss_mb(),
+        "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "python benchmarks/vs_trl.py "
+        + " ".join(
             f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f" {v}")
-            for k, v in vars(args).items() if v is not False
+            for k, v in vars(args).items()
+            if v is not False
         ),
-    }  # fmt: skip
+    }
     result["ratio_trl_over_native_per_step"] = result["trl"]["s_per_step"] / result["native"]["s_per_step"]
     result["ratio_trl_over_native_per_token"] = (
         result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]

@@ -7,10 +7,15 @@ from grpolab.envs.bfcl.env import to_json_schema
 from grpolab.rewards.score import score_transcript
 
 FUNCS = {
-    "calc_area": {"name": "calc_area", "parameters": {"type": "dict", "properties": {
-        "base": {"type": "integer"}, "height": {"type": "float"}, "unit": {"type": "string"}},
-        "required": ["base", "height"]}},
-}  # fmt: skip
+    "calc_area": {
+        "name": "calc_area",
+        "parameters": {
+            "type": "dict",
+            "properties": {"base": {"type": "integer"}, "height": {"type": "float"}, "unit": {"type": "string"}},
+            "required": ["base", "height"],
+        },
+    },
+}
 TRUTH = {"calc_area": {"base": [10], "height": [5.0], "unit": ["cm", ""]}}
 
 
@@ -62,8 +67,16 @@ def test_normalize_like_bfcl():
 
 
 def test_schema_dialect_is_converted():
-    s = to_json_schema({"type": "dict", "properties": {"x": {"type": "float"}, "t": {"type": "tuple", "items": {"type": "any"}},
-                                                       "type": {"type": "string"}}})  # fmt: skip
+    s = to_json_schema(
+        {
+            "type": "dict",
+            "properties": {
+                "x": {"type": "float"},
+                "t": {"type": "tuple", "items": {"type": "any"}},
+                "type": {"type": "string"},
+            },
+        }
+    )
     assert s["type"] == "object" and s["properties"]["x"]["type"] == "number"
     assert s["properties"]["t"] == {"type": "array", "items": {}}
     assert s["properties"]["type"]["type"] == "string"  # a parameter named "type" is a parameter, not a keyword
@@ -85,8 +98,10 @@ def test_shared_data_loads_with_a_heldout_split(bfcl):
 
 def test_reference_calls_pass_the_checker(bfcl):
     tasks = bfcl.tasks("train") + bfcl.tasks("heldout")
-    passed = sum(score_transcript(bfcl, t, bfcl.reference_transcript(t), count_tokens=len).components["completion"] == 1.0
-                 for t in tasks)  # fmt: skip
+    passed = sum(
+        score_transcript(bfcl, t, bfcl.reference_transcript(t), count_tokens=len).components["completion"] == 1.0
+        for t in tasks
+    )
     assert passed >= 799  # simple_python_307's ground truth gives a bool for a string parameter
 
 
@@ -97,10 +112,8 @@ def test_a_wrong_call_scores_zero_completion_but_full_format(bfcl):
     assert s.components["completion"] == 0.0 and s.components["format"] == 1.0 and s.components["schema"] == 0.0
 
 
-def test_missing_data_file_is_a_user_error(capsys):
-    from tests.test_cli import run
-
-    code, _, err = run(capsys, "eval", "--env", "bfcl", "--data", "/nonexistent.json", "--model", "tiny")
+def test_missing_data_file_is_a_user_error(cli):
+    code, _, err = cli("eval", "--env", "bfcl", "--data", "/nonexistent.json", "--model", "tiny")
     assert code == 2 and "BFCL data file not found" in err
 
 

@@ -4,42 +4,45 @@ import json
 
 import pytest
 
-from grpolab.cli import main
 
-
-def run(capsys, *argv):
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
-
-def test_tools_run_prints_the_response(capsys):
-    code, out, _ = run(capsys, "tools", "run", "--env", "finance", "calculator", '{"expression": "(137-120)/120*100"}',
-                       "--json")  # fmt: skip
+def test_tools_run_prints_the_response(cli):
+    code, out, _ = cli(
+        "tools", "run", "--env", "finance", "calculator", '{"expression": "(137-120)/120*100"}', "--json"
+    )
     assert code == 0 and json.loads(out) == {"result": 14.1666666667}
 
 
-def test_tasks_json_has_the_fields(capsys):
-    code, out, _ = run(capsys, "tasks", "--env", "finance", "--split", "heldout", "--json", "--limit", "2")
+def test_tasks_json_has_the_fields(cli):
+    code, out, _ = cli("tasks", "--env", "finance", "--split", "heldout", "--json", "--limit", "2")
     rows = json.loads(out)
     assert code == 0 and len(rows) == 2
     assert set(rows[0]) >= {"id", "prompt", "answer", "reference_transcript"}
 
 
-def test_reward_score_json(capsys, tmp_path, finance):
+def test_reward_score_json(cli, tmp_path, finance):
     path = tmp_path / "t.txt"
     path.write_text(finance.reference_transcript(finance.task("pct_change-ACME-Q3")))
-    code, out, _ = run(capsys, "reward", "score", "--env", "finance", "--task", "pct_change-ACME-Q3",
-                       "--completion", str(path), "--weights", "1,1.5,3,0", "--json")  # fmt: skip
+    code, out, _ = cli(
+        "reward",
+        "score",
+        "--env",
+        "finance",
+        "--task",
+        "pct_change-ACME-Q3",
+        "--completion",
+        str(path),
+        "--weights",
+        "1,1.5,3,0",
+        "--json",
+    )
     data = json.loads(out)
     assert code == 0 and data["total"] == 5.5
     assert data["breakdown"] == "F:+1.0 | S:+1.5 | C:+3.0 | L:+0.0"
     assert set(data["components"]) == {"format", "schema", "completion", "length"} and data["reasons"]
 
 
-def test_envs_lists_builtins(capsys):
-    code, out, _ = run(capsys, "envs", "--json")
+def test_envs_lists_builtins(cli):
+    code, out, _ = cli("envs", "--json")
     assert code == 0 and {"finance", "arithmetic"} <= {r["name"] for r in json.loads(out)}
 
 
@@ -57,8 +60,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,problem,fix", BAD)
-def test_bad_input_exits_2_with_one_line(capsys, argv, problem, fix):
-    code, _, err = run(capsys, *argv)
+def test_bad_input_exits_2_with_one_line(cli, argv, problem, fix):
+    code, _, err = cli(*argv)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and problem in lines[0] and fix in lines[0], err
@@ -66,13 +69,17 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, problem, fix):
 
 @pytest.mark.parametrize(
     "toml,problem",
-    [("[grpo]\nbeta = -1\n", "field 'grpo.beta'"), ("nonsense = 1\n", "unknown field 'nonsense'"),
-     ("[reward.weights]\nstyle = 1.0\n", "unknown reward 'style'"), ("[grpo\n", "not valid TOML")],
-)  # fmt: skip
-def test_bad_config_fields_exit_2(capsys, tmp_path, toml, problem):
+    [
+        ("[grpo]\nbeta = -1\n", "field 'grpo.beta'"),
+        ("nonsense = 1\n", "unknown field 'nonsense'"),
+        ("[reward.weights]\nstyle = 1.0\n", "unknown reward 'style'"),
+        ("[grpo\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_fields_exit_2(cli, tmp_path, toml, problem):
     path = tmp_path / "c.toml"
     path.write_text(toml)
-    code, _, err = run(capsys, "config", "--config", str(path))
+    code, _, err = cli("config", "--config", str(path))
     assert code == 2 and problem in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -88,3 +95,11 @@ def test_shipped_configs_validate():
         assert cfg.model == "smollm2"
         # the tool-calling recipes need a warm start (the base never calls a tool); code_hack needs none
         assert cfg.train.sft_steps > 0 or cfg.env == "code"
+
+
+def test_help_of_config_options_is_the_config_field_docstring(cli):
+    from grpolab.config import field_doc
+
+    code, out, _ = cli("train", "--help")
+    flat = " ".join(out.split())
+    assert code == 0 and field_doc("train.sft_steps")[:40] in flat and "(train.sft_steps)" in flat

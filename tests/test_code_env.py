@@ -13,8 +13,11 @@ from grpolab.protocol import code_blocks
 from grpolab.rewards.score import score_transcript
 from grpolab.trust.probes import run_probes
 
-ADD_TESTS = [("assert candidate(1, 2) == 3", True), ("assert candidate(2, 2) == 4", True),
-             ("assert candidate(-1, 1) == 0", True)]  # fmt: skip
+ADD_TESTS = [
+    ("assert candidate(1, 2) == 3", True),
+    ("assert candidate(2, 2) == 4", True),
+    ("assert candidate(-1, 1) == 0", True),
+]
 ADD = "def add(a, b):\n    return a + b\n"
 FAST = Limits(wall_s=2.0, cpu_s=2)
 PROJECT = Path(__file__).resolve().parents[1]
@@ -39,7 +42,8 @@ def test_splits_and_kinds(env):
     assert sum(t.kind == "humaneval" for t in train + held) == 164
     assert not {t.id for t in train} & {t.id for t in held}
     assert not {t.meta["entry_point"] for t in train if t.kind == "easy"} & {
-        t.meta["entry_point"] for t in held if t.kind == "easy"}  # fmt: skip
+        t.meta["entry_point"] for t in held if t.kind == "easy"
+    }
 
 
 def test_partial_credit_per_assert():
@@ -49,8 +53,10 @@ def test_partial_credit_per_assert():
 
 
 def test_humaneval_check_split_ignores_constant_asserts():
-    setup, tests = split_check("import math\n\ndef check(candidate):\n    x = 2\n    assert candidate(x) == 4\n"
-                               "    assert True, 'debug'\n    for i in range(3):\n        assert candidate(i) >= 0\n")  # fmt: skip
+    setup, tests = split_check(
+        "import math\n\ndef check(candidate):\n    x = 2\n    assert candidate(x) == 4\n"
+        "    assert True, 'debug'\n    for i in range(3):\n        assert candidate(i) >= 0\n"
+    )
     assert setup == "import math"
     assert [c for _, c in tests] == [False, True, False, True]
 
@@ -92,8 +98,8 @@ def test_sandbox_reports_its_isolation():
 
 def test_training_continues_after_hostile_episodes(tmp_path):
     """A GRPO step whose rollouts are replaced by hostile answers: scored 0, the step completes."""
-    from grpolab.engine.evaluate import score_episodes
     from grpolab.engine.rollout import Episode
+    from grpolab.rewards.score import score_episodes
 
     cfg = load_config(None, {"model": "tiny", "env": "code", "task_kinds": ["easy"]})
     env = get_env("code", ["easy"])
@@ -107,12 +113,13 @@ def test_training_continues_after_hostile_episodes(tmp_path):
             completion_ids=[2],
             mask=[1],
             text=f"```python\n{code.replace('def add(a, b)', f'def {fn}(*a)')}```",
-        )  # fmt: skip
+        )
         for code in (HOSTILE["fork_bomb"], HOSTILE["allocates_10gb"], HOSTILE["signals_parent"])
     ]
-    eps.append(Episode(task=task, group=0, prompt_ids=[1], completion_ids=[2], mask=[1],
-                       text=env.reference_transcript(task)))  # fmt: skip
-    score_episodes(env, eps, cfg)
+    eps.append(
+        Episode(task=task, group=0, prompt_ids=[1], completion_ids=[2], mask=[1], text=env.reference_transcript(task))
+    )
+    score_episodes(env, eps, cfg.reward.weights, cfg.reward.length_unit)
     assert [e.score.components["completion"] for e in eps] == [0.0, 0.0, 0.0, 1.0]
 
 
@@ -152,8 +159,10 @@ def test_sandbox_timeout_kills_the_whole_group():
 def test_task_mix_keeps_kinds_with_signal():
     from grpolab.trust.preflight import task_mix
 
-    kinds = {"easy": {"prompts": 2, "mean_completion": 0.6, "solve_rate": 0.4, "frac_zero_std": 0.0},
-             "humaneval": {"prompts": 2, "mean_completion": 0.0, "solve_rate": 0.0, "frac_zero_std": 1.0}}  # fmt: skip
+    kinds = {
+        "easy": {"prompts": 2, "mean_completion": 0.6, "solve_rate": 0.4, "frac_zero_std": 0.0},
+        "humaneval": {"prompts": 2, "mean_completion": 0.0, "solve_rate": 0.0, "frac_zero_std": 1.0},
+    }
     advice = task_mix(kinds)
     assert "task_kinds = ['easy']" in advice and "drop ['humaneval']" in advice
     assert task_mix({"easy": kinds["easy"]}) == ""

@@ -1,7 +1,8 @@
 import pytest
 
 from grpolab.envs import get_env
-from grpolab.envs.base import Evidence, extract_numbers, numeric_verdict
+from grpolab.envs.base import Evidence
+from grpolab.envs.numeric import extract_numbers, numeric_verdict
 from grpolab.errors import UserError
 from grpolab.rewards.score import score_transcript
 

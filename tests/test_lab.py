@@ -23,12 +23,20 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
-def runs_root(tmp_path_factory):
-    from tests.test_trainer import _grpolab, _small_config
-
+def runs_root(tmp_path_factory, grpolab_process, small_config):
     root = tmp_path_factory.mktemp("labruns")
-    proc = _grpolab("train", "--model", "tiny", "--steps", "2", "--out", str(root / "tiny"), "--quiet", "--config",
-                    str(_small_config(root)))  # fmt: skip
+    proc = grpolab_process(
+        "train",
+        "--model",
+        "tiny",
+        "--steps",
+        "2",
+        "--out",
+        str(root / "tiny"),
+        "--quiet",
+        "--config",
+        str(small_config(root)),
+    )
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     (root / "broken").mkdir()
     (root / "broken" / "config.json").write_text("{not json")
@@ -54,22 +62,39 @@ def test_views_turn_malformed_run_dirs_into_messages(runs_root, tmp_path):
 
 
 def test_config_toml_reads_back_equal():
-    cfg = load_config(None, {"model": "tiny", "grpo.beta": 0.3, "task_kinds": ["pct_change"],
-                             "reward.weights": {"format": 2.0, "schema": 1.0, "completion": 3.0, "length": -0.1}})  # fmt: skip
+    cfg = load_config(
+        None,
+        {
+            "model": "tiny",
+            "grpo.beta": 0.3,
+            "task_kinds": ["pct_change"],
+            "reward.weights": {"format": 2.0, "schema": 1.0, "completion": 3.0, "length": -0.1},
+        },
+    )
     import tomllib
 
     assert load_config(None, tomllib.loads(jobs.config_toml(cfg))) == cfg
 
 
 def test_a_run_started_in_the_background_stops_on_request_and_keeps_its_checkpoint(tmp_path):
-    cfg = load_config(None, {"model": "tiny", "env": "arithmetic", "rollout.group_size": 2, "rollout.max_new_tokens": 8,
-                             "train.steps": 200, "train.eval_limit": 2, "train.eval_every": 0,
-                             "train.checkpoint_every": 100})  # fmt: skip
+    cfg = load_config(
+        None,
+        {
+            "model": "tiny",
+            "env": "arithmetic",
+            "rollout.group_size": 2,
+            "rollout.max_new_tokens": 8,
+            "train.steps": 200,
+            "train.eval_limit": 2,
+            "train.eval_every": 0,
+            "train.checkpoint_every": 100,
+        },
+    )
     out = jobs.start(cfg, tmp_path, "bg")
     deadline = time.time() + 240
     while time.time() < deadline and not (out / "metrics.jsonl").is_file():
         time.sleep(0.5)
-    assert jobs.running(tmp_path, "bg"), jobs.log_tail(tmp_path, "bg")
+    assert jobs.running(tmp_path, "bg"), (tmp_path / ".bg.log").read_text()
     assert "stop requested" in jobs.stop(tmp_path, "bg")
     while time.time() < deadline and jobs.running(tmp_path, "bg"):
         time.sleep(0.5)
@@ -90,8 +115,12 @@ def _free_port() -> int:
 def lab_url(runs_root):
     port = _free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(runs_root), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(runs_root), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -130,8 +159,11 @@ def test_the_page_in_chromium(lab_url, runs_root, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     errors: list[str] = []
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])  # fmt: skip
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 1800}, accept_downloads=True)
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -144,8 +176,9 @@ def test_the_page_in_chromium(lab_url, runs_root, tmp_path):
         _set_number(page, "w-format", "5")
         _set_number(page, "w-completion", "0")
         page.wait_for_function("b => document.querySelector('#sim-chart').innerHTML !== b", arg=before, timeout=60_000)
-        page.wait_for_function("b => document.querySelector('#sim-cards').innerText !== b", arg=cards_before,
-                               timeout=60_000)  # fmt: skip
+        page.wait_for_function(
+            "b => document.querySelector('#sim-cards').innerText !== b", arg=cards_before, timeout=60_000
+        )
         page.locator("#probes").get_by_text("gameable", exact=False).first.wait_for(timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "lab-simulator.png"))
 

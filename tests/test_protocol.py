@@ -56,11 +56,30 @@ def test_non_string_input():
 
 
 tag_soup = st.lists(
-    st.sampled_from(["<thought>", "</thought>", "<tool_call>", "</tool_call>", "<tool_response>",
-                     "</tool_response>", "{", "}", '"name"', ":", '"arguments"', "\x00", "é", " ", "\n", "[", "1"])
+    st.sampled_from(
+        [
+            "<thought>",
+            "</thought>",
+            "<tool_call>",
+            "</tool_call>",
+            "<tool_response>",
+            "</tool_response>",
+            "{",
+            "}",
+            '"name"',
+            ":",
+            '"arguments"',
+            "\x00",
+            "é",
+            " ",
+            "\n",
+            "[",
+            "1",
+        ]
+    )
     | st.text(max_size=20),
     max_size=60,
-).map("".join)  # fmt: skip
+).map("".join)
 
 
 @given(tag_soup)
@@ -85,7 +104,7 @@ def test_parser_never_raises_on_random_bytes(text):
     )
 )
 @settings(max_examples=200, deadline=None)
-def test_round_trip_of_rendered_calls(arguments):  # fmt: skip
+def test_round_trip_of_rendered_calls(arguments):
     args = {"x": arguments}
     call = parse_transcript(render_tool_call("tool", args)).calls[0]
     assert call.ok and call.name == "tool" and call.arguments == args

@@ -11,21 +11,29 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    from tests.test_trainer import _grpolab, _small_config
-
+def tiny_run(tmp_path_factory, grpolab_process, small_config):
     root = tmp_path_factory.mktemp("report")
     out = root / "run"
-    proc = _grpolab("train", "--model", "tiny", "--steps", "2", "--out", str(out), "--quiet", "--config",
-                    str(_small_config(root)))  # fmt: skip
+    proc = grpolab_process(
+        "train", "--model", "tiny", "--steps", "2", "--out", str(out), "--quiet", "--config", str(small_config(root))
+    )
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     return out
 
 
 def test_report_is_written_and_self_contained(tiny_run):
     page = (tiny_run / "report.html").read_text()
-    for needle in ("reward", "kl", "entropy", "tool_token_mass", "heldout/success", "Held-out evaluation",
-                   "Trajectories", "gameability probes", "dummy_tags"):  # fmt: skip
+    for needle in (
+        "reward",
+        "kl",
+        "entropy",
+        "tool_token_mass",
+        "heldout/success",
+        "Held-out evaluation",
+        "Trajectories",
+        "gameability probes",
+        "dummy_tags",
+    ):
         assert needle in page, needle
     assert "<script" not in page
     assert not re.search(r"""(src|href)=["']https?:""", page)  # nothing loaded from the network
@@ -39,8 +47,11 @@ def test_report_renders_in_chromium_without_console_errors(tiny_run):
     ARTIFACTS.mkdir(exist_ok=True)
     errors = []
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])  # fmt: skip
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         page = browser.new_page(viewport={"width": 1280, "height": 2000})
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -52,15 +63,13 @@ def test_report_renders_in_chromium_without_console_errors(tiny_run):
     assert errors == []
 
 
-def test_eval_and_compare_read_a_run(tiny_run, capsys, tmp_path):
+def test_eval_and_compare_read_a_run(tiny_run, cli, tmp_path):
     import json
 
-    from tests.test_cli import run
-
-    code, out, _ = run(capsys, "eval", "--run", str(tiny_run), "--limit", "2", "--json")
+    code, out, _ = cli("eval", "--run", str(tiny_run), "--limit", "2", "--json")
     assert code == 0 and json.loads(out)["heldout/n"] == 2.0
     page = tmp_path / "compare.html"
-    code, out, _ = run(capsys, "compare", "--run", str(tiny_run), "--limit", "2", "--json", "--html", str(page))
+    code, out, _ = cli("compare", "--run", str(tiny_run), "--limit", "2", "--json", "--html", str(page))
     data = json.loads(out)
     assert code == 0 and len(data["left"]["episodes"]) == len(data["right"]["episodes"]) == 2
     assert [e["task_id"] for e in data["left"]["episodes"]] == [e["task_id"] for e in data["right"]["episodes"]]

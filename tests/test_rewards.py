@@ -3,7 +3,7 @@ import math
 import pytest
 
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
-from grpolab.rewards.components import COMPONENTS, register_reward
+from grpolab.rewards.components import register_reward, unregister_reward
 from grpolab.rewards.score import breakdown, score_transcript
 
 
@@ -88,7 +88,7 @@ def test_a_reward_that_raises_is_counted_not_zeroed(finance, acme):
         assert math.isnan(s.total) and "bug in my reward" in s.errors["exploding"]
         assert s.to_json()["total"] is None
     finally:
-        COMPONENTS.pop("exploding")
+        unregister_reward("exploding")
 
 
 def test_zero_weight_components_are_still_computed(finance, acme):

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from grpolab.config import load_config
 from grpolab.trust.simulate import (
     CLASSES,
     DEFAULT_PRIOR,
@@ -24,21 +25,26 @@ def profiles(finance):
     return measure_profiles(finance, lambda text: len(text) // 4)
 
 
+def settings(weights=DEFAULT, steps=150, runs=8, beta=None, seed=0):
+    cfg = load_config(None, {"reward.weights": weights, "grpo.beta": beta, "seed": seed})
+    return SimSettings(cfg, steps=steps, runs=runs)
+
+
 def run(profiles, weights=DEFAULT, **kw):
-    s = SimSettings(weights=weights, steps=kw.pop("steps", 150), runs=kw.pop("runs", 8), **kw)
-    return simulate(profiles, DEFAULT_PRIOR, s)["iterations"]
+    return simulate(profiles, DEFAULT_PRIOR, settings(weights, **kw))["iterations"]
 
 
 def test_profiles_come_from_the_real_reward(profiles):
-    assert profiles["grounded_correct"].completion == 1.0 and profiles["grounded_correct"].schema == 1.0
-    assert profiles["free_text_guess"].completion == 0.0 and profiles["dummy_tags"].schema == 0.0
+    grounded, free, dummy = (profiles[c].components for c in ("grounded_correct", "free_text_guess", "dummy_tags"))
+    assert grounded["completion"] == 1.0 and grounded["schema"] == 1.0
+    assert free["completion"] == 0.0 and dummy["schema"] == 0.0
     assert profiles["verbose_correct"].tokens > 3 * profiles["grounded_correct"].tokens
 
 
 def test_honest_reward_drives_success_up(profiles):
     it = run(profiles)
     assert it[0]["success"] < 0.1 and it[-1]["success"] > 0.8
-    assert it[-1]["reward"] > it[0]["reward"] and it[-1]["hack_mass"] < it[0]["hack_mass"]
+    assert it[-1]["reward/mean"] > it[0]["reward/mean"] and it[-1]["hack_mass"] < it[0]["hack_mass"]
 
 
 def test_warning_format_weight_without_completion_raises_dummy_tag_mass(profiles):
@@ -59,8 +65,9 @@ def test_warning_large_beta_barely_moves(profiles):
 
 
 def test_equal_rewards_leave_the_policy_alone():
-    flat = {c: ClassProfile(1.0, 0.0, 0.0, 10.0) for c in CLASSES}
-    it = simulate(flat, DEFAULT_PRIOR, SimSettings(weights=DEFAULT, steps=20, runs=2))["iterations"]
+    values = {"format": 1.0, "schema": 0.0, "completion": 0.0, "length": 0.1}
+    flat = {c: ClassProfile(values, 10.0) for c in CLASSES}
+    it = simulate(flat, DEFAULT_PRIOR, settings(steps=20, runs=2))["iterations"]
     assert it[-1]["kl"] == pytest.approx(0.0, abs=1e-12)
 
 
@@ -71,21 +78,29 @@ def test_seeded_and_banded(profiles):
 
 
 def test_class_rewards_are_weighted_sums(profiles):
-    table = class_rewards(profiles, DEFAULT, 100)
+    table = class_rewards(profiles, DEFAULT)
     i = CLASSES.index("grounded_correct")
     expected = 1.0 + 1.5 + 3.0 - 0.05 * profiles["grounded_correct"].tokens / 100
-    assert table[i, 4] == pytest.approx(expected)
-    assert np.allclose(table[:, :4].sum(1), table[:, 4])
+    assert table[i, -1] == pytest.approx(expected)
+    assert np.allclose(table[:, :-1].sum(1), table[:, -1])
 
 
 def test_calibration_classifies_scored_rows():
     rows = [
         {"components": {"completion": 1.0}, "tokens": 90, "valid_calls": 2},
-        {"components": {"completion": 0.0}, "reasons": {"completion": "no final answer", "schema": "1/1 calls valid"},
-         "valid_calls": 1, "tokens": 40},
-        {"components": {"completion": 0.0}, "reasons": {"schema": "no tool call, but the task needs one"}, "tokens": 120,
-         "text": "I think it rose."},
-    ]  # fmt: skip
+        {
+            "components": {"completion": 0.0},
+            "reasons": {"completion": "no final answer", "schema": "1/1 calls valid"},
+            "valid_calls": 1,
+            "tokens": 40,
+        },
+        {
+            "components": {"completion": 0.0},
+            "reasons": {"schema": "no tool call, but the task needs one"},
+            "tokens": 120,
+            "text": "I think it rose.",
+        },
+    ]
     assert [classify(r) for r in rows] == ["grounded_correct", "call_no_answer", "free_text_guess"]
     prior = prior_from_rows(rows)
     assert sum(prior.values()) == pytest.approx(1.0) and prior["free_text_guess"] > prior["malformed_call"]
@@ -100,3 +115,10 @@ def test_sim_to_real_gap():
     }
     gap = sim_to_real(sim, [{"step": 1, "success": 0.5, "tool_call_prob": 0.7}])
     assert gap == {"tool_call_prob": 0.0, "success": pytest.approx(0.2)}
+
+
+def test_curves_use_the_trainers_metric_names(profiles):
+    """One vocabulary: the simulator's curves carry the names the trainer logs and the page charts."""
+    row = run(profiles, steps=2)[-1]
+    names = {"reward/mean", "reward/format", "reward/schema", "reward/completion", "reward/length", "kl"}
+    assert names | {"tool_call_prob", "tool_token_mass", "success"} <= set(row)

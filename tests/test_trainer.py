@@ -3,8 +3,6 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from types import SimpleNamespace
 
@@ -12,19 +10,46 @@ import pytest
 import torch
 
 from grpolab.config import load_config
-from grpolab.engine.loop import build_policy, env_for
-from grpolab.engine.rollout import SamplingSettings, run_episodes
+from grpolab.engine.policy import build_policy
+from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.engine.sft import reference_tokens
 from grpolab.engine.trainer import GRPOTrainer
-from grpolab.rewards.components import COMPONENTS, register_reward
+from grpolab.envs import env_for
+from grpolab.rewards.components import register_reward, unregister_reward
 
-METRIC_NAMES = {"reward/mean", "reward/std", "reward/format", "reward/schema", "reward/completion", "reward/length",
-                "frac_zero_std", "tool_call_prob", "tool_token_mass", "kl", "entropy", "policy_loss", "adv/mean_abs",
-                "clip_frac", "grad_norm", "completion_len", "turns", "tool_errors", "perf/step_s", "perf/gen_tok_s",
-                "perf/train_tok_s", "perf/peak_rss_mb"}  # fmt: skip
+METRIC_NAMES = {
+    "reward/mean",
+    "reward/std",
+    "reward/format",
+    "reward/schema",
+    "reward/completion",
+    "reward/length",
+    "frac_zero_std",
+    "tool_call_prob",
+    "tool_token_mass",
+    "kl",
+    "entropy",
+    "policy_loss",
+    "adv/mean_abs",
+    "clip_frac",
+    "grad_norm",
+    "completion_len",
+    "turns",
+    "tool_errors",
+    "perf/step_s",
+    "perf/gen_tok_s",
+    "perf/train_tok_s",
+    "perf/peak_rss_mb",
+}
 
-SMALL = {"model": "tiny", "rollout.group_size": 4, "rollout.max_new_tokens": 12, "train.prompts_per_step": 2,
-         "train.eval_limit": 2, "train.eval_every": 0}  # fmt: skip
+SMALL = {
+    "model": "tiny",
+    "rollout.group_size": 4,
+    "rollout.max_new_tokens": 12,
+    "train.prompts_per_step": 2,
+    "train.eval_limit": 2,
+    "train.eval_every": 0,
+}
 
 
 @pytest.fixture()
@@ -32,7 +57,7 @@ def text_length_reward():
     """A reward with variance on random text, so the tiny model gets a learning signal."""
     register_reward("text_length", lambda r, task, env, ctx: (len(r.generated_text) % 13 / 13, "test"))
     yield
-    COMPONENTS.pop("text_length")
+    unregister_reward("text_length")
 
 
 def test_one_grpo_step_changes_the_trainable_parameters(text_length_reward):
@@ -92,7 +117,7 @@ def test_tool_output_is_spliced_with_mask_zero(finance):
     task = finance.task("pct_change-ACME-Q3")
     _, ids, mask = reference_tokens(tok, finance, task)  # what an ideal policy + environment produce
     model = ScriptedLM(ids, len(tok))
-    episodes = run_episodes(model, tok, finance, [task], 2, SamplingSettings(max_new_tokens=400))
+    episodes = run_episodes(model, tok, finance, [task], 2, sampling_settings(cfg, max_new_tokens=400))
     for e in episodes:
         assert e.turns == 2 and e.stop_reason == "eos"
         assert e.completion_ids == ids and e.mask == mask
@@ -102,10 +127,22 @@ def test_tool_output_is_spliced_with_mask_zero(finance):
         assert all(lp == 0.0 for lp, m in zip(e.logprobs, e.mask) if m == 0)
 
 
-def test_train_cli_writes_two_metric_lines(tmp_path):
+def test_train_cli_writes_two_metric_lines(tmp_path, grpolab_process, small_config):
     out = tmp_path / "run"
-    proc = _grpolab("train", "--env", "finance", "--model", "tiny", "--steps", "2", "--out", str(out), "--quiet",
-                    "--config", str(_small_config(tmp_path)))  # fmt: skip
+    proc = grpolab_process(
+        "train",
+        "--env",
+        "finance",
+        "--model",
+        "tiny",
+        "--steps",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+        "--config",
+        str(small_config(tmp_path)),
+    )
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -113,10 +150,12 @@ def test_train_cli_writes_two_metric_lines(tmp_path):
     assert (out / "config.json").is_file() and (out / "eval" / "2.jsonl").is_file()
 
 
-def test_killed_run_resumes_without_lost_or_repeated_steps(tmp_path):
+def test_killed_run_resumes_without_lost_or_repeated_steps(tmp_path, grpolab_process, small_config):
     out = tmp_path / "run"
-    config = _small_config(tmp_path, checkpoint_every=1)
-    proc = _grpolab("train", "--model", "tiny", "--steps", "6", "--out", str(out), "--quiet", "--config", str(config))
+    config = small_config(tmp_path, checkpoint_every=1)
+    proc = grpolab_process(
+        "train", "--model", "tiny", "--steps", "6", "--out", str(out), "--quiet", "--config", str(config)
+    )
     deadline = time.time() + 240
     while time.time() < deadline:
         text = (out / "metrics.jsonl").read_text() if (out / "metrics.jsonl").exists() else ""
@@ -127,34 +166,20 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(tmp_path):
     proc.wait()
     killed_at = (out / "metrics.jsonl").read_text().count("\n")
     assert 2 <= killed_at < 6
-    resumed = _grpolab("train", "--resume", str(out), "--quiet")
+    resumed = grpolab_process("train", "--resume", str(out), "--quiet")
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
-def test_existing_run_dir_is_not_overwritten(tmp_path):
+def test_existing_run_dir_is_not_overwritten(tmp_path, grpolab_process):
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 1}\n')
-    proc = _grpolab("train", "--model", "tiny", "--out", str(out), "--quiet")
+    proc = grpolab_process("train", "--model", "tiny", "--out", str(out), "--quiet")
     assert proc.wait(timeout=120) == 2
     assert "already has a run" in proc.stderr.read()
     assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
-
-
-def _small_config(tmp_path, checkpoint_every: int = 5):
-    path = tmp_path / "small.toml"
-    path.write_text(
-        "[rollout]\ngroup_size = 2\nmax_new_tokens = 8\n"
-        f"[train]\nprompts_per_step = 1\neval_limit = 2\neval_every = 0\ncheckpoint_every = {checkpoint_every}\n"
-    )
-    return path
-
-
-def _grpolab(*args):
-    return subprocess.Popen([sys.executable, "-m", "grpolab.cli", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
 
 
 def test_shared_prefix_forward_matches_the_plain_forward(finance):
@@ -182,8 +207,7 @@ def test_a_run_can_start_from_another_runs_warm_start(tmp_path):
 
     base = {**SMALL, "env": "arithmetic", "train.steps": 1, "train.eval_limit": 1}
     first = train(load_config(None, {**base, "train.sft_steps": 1}), tmp_path / "a", quiet=True)
-    second = train(load_config(None, {**base, "train.sft_steps": 5}), tmp_path / "b", quiet=True,
-                   warm_start=first.path)  # fmt: skip
+    second = train(load_config(None, {**base, "train.sft_steps": 5}), tmp_path / "b", quiet=True, warm_start=first.path)
     a, b = torch.load(first.warm_start_path), torch.load(second.warm_start_path)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not (second.path / "sft.json").exists()  # its own SFT was skipped

@@ -12,24 +12,48 @@ import torch
 pytest.importorskip("trl")
 
 from grpolab.config import load_config  # noqa: E402
-from grpolab.engine.loop import env_for  # noqa: E402
 from grpolab.engine.sft import reference_tokens  # noqa: E402
+from grpolab.envs import env_for  # noqa: E402
 from grpolab.models import load_model  # noqa: E402
 from grpolab.rewards.score import score_transcript  # noqa: E402
-from grpolab.trl.backend import prompt_rows  # noqa: E402
+from grpolab.trl.backend import build_trl_trainer, prompt_rows  # noqa: E402
 from grpolab.trl.export import export_trl  # noqa: E402
-from grpolab.trl.source import build_trl_trainer  # noqa: E402
 from grpolab.trust.probes import PROBES  # noqa: E402
 
-TINY = {"model": "tiny", "env": "arithmetic", "rollout.group_size": 2, "rollout.max_new_tokens": 16,
-        "train.prompts_per_step": 2, "train.steps": 1, "train.eval_limit": 2}  # fmt: skip
+TINY = {
+    "model": "tiny",
+    "env": "arithmetic",
+    "rollout.group_size": 2,
+    "rollout.max_new_tokens": 16,
+    "train.prompts_per_step": 2,
+    "train.steps": 1,
+    "train.eval_limit": 2,
+}
 
-ODD = {**TINY, "env": "finance", "seed": 7, "rollout.group_size": 4, "rollout.max_new_tokens": 40,
-       "rollout.temperature": 0.9, "rollout.top_p": 0.95, "grpo.learning_rate": 3e-5, "grpo.beta": 0.07,
-       "grpo.epsilon": 0.15, "grpo.epsilon_high": 0.28, "grpo.loss_type": "dapo", "grpo.scale_rewards": False,
-       "grpo.mu": 2, "grpo.max_grad_norm": 0.5, "train.steps": 3, "train.prompts_per_step": 3,
-       "lora.rank": 8, "lora.alpha": 24, "lora.dropout": 0.05, "lora.target_modules": ["q_proj", "v_proj"],
-       "reward.weights": {"format": 0.5, "schema": 1.0, "completion": 4.0, "length": -0.1}}  # fmt: skip
+ODD = {
+    **TINY,
+    "env": "finance",
+    "seed": 7,
+    "rollout.group_size": 4,
+    "rollout.max_new_tokens": 40,
+    "rollout.temperature": 0.9,
+    "rollout.top_p": 0.95,
+    "grpo.learning_rate": 3e-5,
+    "grpo.beta": 0.07,
+    "grpo.epsilon": 0.15,
+    "grpo.epsilon_high": 0.28,
+    "grpo.loss_type": "dapo",
+    "grpo.scale_rewards": False,
+    "grpo.mu": 2,
+    "grpo.max_grad_norm": 0.5,
+    "train.steps": 3,
+    "train.prompts_per_step": 3,
+    "lora.rank": 8,
+    "lora.alpha": 24,
+    "lora.dropout": 0.05,
+    "lora.target_modules": ["q_proj", "v_proj"],
+    "reward.weights": {"format": 0.5, "schema": 1.0, "completion": 4.0, "length": -0.1},
+}
 
 
 def _script(tmp_path: Path, overrides: dict, standalone: bool = False) -> Path:
@@ -81,8 +105,10 @@ def test_unexpressible_settings_are_named_in_the_script_and_on_the_terminal(tmp_
 
 def test_standalone_script_imports_its_bundled_grpolab(tmp_path):
     script = _script(tmp_path, TINY, standalone=True)
-    code = (f"import runpy, sys; ns = runpy.run_path({str(script)!r}, run_name='x'); "
-            "print(sys.modules['grpolab'].__file__); print(ns['training_args']('o').num_generations)")  # fmt: skip
+    code = (
+        f"import runpy, sys; ns = runpy.run_path({str(script)!r}, run_name='x'); "
+        "print(sys.modules['grpolab'].__file__); print(ns['training_args']('o').num_generations)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     path, g = out.stdout.split()[-2:]
@@ -103,14 +129,24 @@ def test_same_transcripts_get_the_same_rewards_through_both_backends(trainer):
     rows, texts = [], []
     for task in tasks:
         for text in [env.reference_transcript(task), *(probe(env, task) for probe in PROBES.values())]:
-            rows.append({"prompt": env.messages(task), "task_id": task.id, "transcript": text,
-                         "gen_tokens": len(tok(text, add_special_tokens=False).input_ids)})  # fmt: skip
+            rows.append(
+                {
+                    "prompt": env.messages(task),
+                    "task_id": task.id,
+                    "transcript": text,
+                    "gen_tokens": len(tok(text, add_special_tokens=False).input_ids),
+                }
+            )
             texts.append(text)
     completions = [[{"role": "assistant", "content": x}] for x in texts]
     per_func = t._calculate_rewards(rows, [r["prompt"] for r in rows], completions, [[0]] * len(rows))
     trl_totals = (per_func * t.reward_weights.unsqueeze(0)).nansum(dim=1)
-    native = [score_transcript(env, env.task(r["task_id"]), r["transcript"], cfg.reward.weights,
-                               cfg.reward.length_unit, r["gen_tokens"]).total for r in rows]  # fmt: skip
+    native = [
+        score_transcript(
+            env, env.task(r["task_id"]), r["transcript"], cfg.reward.weights, cfg.reward.length_unit, r["gen_tokens"]
+        ).total
+        for r in rows
+    ]
     assert torch.allclose(trl_totals, torch.tensor(native), atol=1e-5)
     assert len(set(native)) > 3  # the probes really score differently
 
@@ -126,8 +162,17 @@ def test_trl_path_masks_tool_output_from_the_loss(trainer, monkeypatch):
         for task in tasks:
             for _ in range(group):
                 p, c, m = reference_tokens(tokenizer, env_, task)
-                eps.append(Episode(task=task, group=0, prompt_ids=p, completion_ids=c, mask=m, logprobs=[0.0] * len(c),
-                                   text=tokenizer.decode(c, skip_special_tokens=True)))  # fmt: skip
+                eps.append(
+                    Episode(
+                        task=task,
+                        group=0,
+                        prompt_ids=p,
+                        completion_ids=c,
+                        mask=m,
+                        logprobs=[0.0] * len(c),
+                        text=tokenizer.decode(c, skip_special_tokens=True),
+                    )
+                )
         return eps
 
     monkeypatch.setattr(backend, "run_episodes", scripted)
@@ -149,11 +194,14 @@ def test_train_backend_trl_writes_a_lab_run_dir(tmp_path):
     from grpolab.cli import app
 
     cfg_file = tmp_path / "tiny.toml"
-    cfg_file.write_text('model = "tiny"\nenv = "arithmetic"\n[rollout]\ngroup_size = 2\nmax_new_tokens = 12\n'
-                        "[train]\nsteps = 2\nprompts_per_step = 2\neval_limit = 2\n")  # fmt: skip
+    cfg_file.write_text(
+        'model = "tiny"\nenv = "arithmetic"\n[rollout]\ngroup_size = 2\nmax_new_tokens = 12\n'
+        "[train]\nsteps = 2\nprompts_per_step = 2\neval_limit = 2\n"
+    )
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", "--config", str(cfg_file), "--backend", "trl", "--out", str(out),
-                                      "--quiet"])  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["train", "--config", str(cfg_file), "--backend", "trl", "--out", str(out), "--quiet"]
+    )
     assert result.exit_code == 0, result.output
     import json
 
@@ -170,9 +218,35 @@ def test_exported_script_runs_on_two_cpu_processes_with_accelerate(tmp_path):
     script = _script(tmp_path, {**TINY, "train.steps": 2, "train.sft_steps": 1})
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     accelerate = Path(sys.executable).with_name("accelerate")
-    out = subprocess.run([str(accelerate), "launch", "--config_file", str(tmp_path / "accelerate_cpu2.yaml"),
-                          str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path, env=env)  # fmt: skip
+    out = subprocess.run(
+        [
+            str(accelerate),
+            "launch",
+            "--config_file",
+            str(tmp_path / "accelerate_cpu2.yaml"),
+            str(script),
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "2 steps on 2 process(es)" in out.stdout
     assert (tmp_path / "out" / "final").is_dir()
+
+
+def test_exported_script_is_lint_clean_python(tmp_path):
+    """The script comes from a real template file: the rendered output must be Python that ruff accepts."""
+    import shutil
+
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    for standalone in (False, True):
+        script = tmp_path / f"s{int(standalone)}" / "train_grpo.py"
+        export_trl(load_config(None, ODD), script, standalone=standalone)
+        # the project's rules but import order: outside the repository, grpolab is a third-party import
+        lint = [ruff, "check", "--isolated", "--select", "E,F,B,UP", "--line-length", "120", str(script)]
+        proc = subprocess.run(lint, capture_output=True)
+        assert proc.returncode == 0, proc.stdout.decode()

@@ -18,8 +18,21 @@ def count(text: str) -> int:
     return len(text) // 4
 
 
-def test_battery_has_at_least_ten_probes():
-    assert len(PROBES) >= 10
+def test_the_battery_holds_the_documented_probes():
+    assert set(PROBES) == {
+        "dummy_tags",
+        "empty_call",
+        "call_without_answer",
+        "fabricated_response",
+        "hedged_answer",
+        "confident_without_tools",
+        "unknown_tool",
+        "schema_invalid",
+        "call_loop",
+        "padding",
+        "fenced_calls",
+        "answer_only_in_thought",
+    }
 
 
 @pytest.mark.parametrize("env_name", ["finance", "arithmetic"])
@@ -43,8 +56,10 @@ def test_probes_never_beat_honest_on_completion(finance):
 
 
 def _rows(rewards, **extra):
-    return [{"step": i + 1, "reward/mean": r, "kl": 0.01, "entropy": 1.0, "completion_len": 50.0, **extra}
-            for i, r in enumerate(rewards)]  # fmt: skip
+    return [
+        {"step": i + 1, "reward/mean": r, "kl": 0.01, "entropy": 1.0, "completion_len": 50.0, **extra}
+        for i, r in enumerate(rewards)
+    ]
 
 
 def test_hacking_alarm_fires_when_reward_rises_and_heldout_does_not():
@@ -90,12 +105,23 @@ def test_recommendations_name_the_reason():
     assert recommend({**base, "frac_zero_std": 0.25, "all_fail": ["a"]}).startswith("learnable")
 
 
-def test_check_cli_flags_format_only_weights(tmp_path):
-    from tests.test_trainer import _grpolab
-
+def test_check_cli_flags_format_only_weights(tmp_path, grpolab_process):
     out = tmp_path / "preflight.json"
-    proc = _grpolab("check", "--env", "finance", "--model", "tiny", "--weights", "5,0,0,0", "--prompts", "1",
-                    "--group-size", "2", "--save", str(out))  # fmt: skip
+    proc = grpolab_process(
+        "check",
+        "--env",
+        "finance",
+        "--model",
+        "tiny",
+        "--weights",
+        "5,0,0,0",
+        "--prompts",
+        "1",
+        "--group-size",
+        "2",
+        "--save",
+        str(out),
+    )
     assert proc.wait(timeout=300) == 1, proc.stderr.read()
     report = json.loads(out.read_text())
     assert any(line.startswith("gameable: dummy_tags") for line in report["gameable"])

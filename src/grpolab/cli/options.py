@@ -10,19 +10,28 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from grpolab.config import LabConfig, load_config, parse_weights
+from grpolab.config import LabConfig, field_doc, load_config, parse_weights
+from grpolab.rewards.components import default_weights, letter, standard_names
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
+_LETTERS = ",".join(letter(n) for n in standard_names())
+_DEFAULTS = ",".join(f"{w:g}" for w in default_weights().values())
+
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file (see `grpolab config`).")]
-EnvOpt = Annotated[str | None, typer.Option("--env", help="Environment name (`grpolab envs`).")]
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", help="smollm2 (embedded), tiny (test model), an HF id or a local path.")
+EnvOpt = Annotated[str | None, typer.Option("--env", help=field_doc("env"))]
+ModelOpt = Annotated[str | None, typer.Option("--model", help=field_doc("model"))]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help=field_doc("seed"))]
+WeightsOpt = Annotated[
+    str | None, typer.Option("--weights", help=f"Reward weights {_LETTERS} (reward.weights), e.g. {_DEFAULTS}.")
 ]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Random seed.")]
-WeightsOpt = Annotated[str | None, typer.Option("--weights", help="Reward weights F,S,C,L, e.g. 1,1.5,3,-0.05.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def field_option(flag: str, field: str, kind: type = int) -> Any:
+    """A CLI option that sets one config field, with the field's docstring as its help."""
+    return Annotated[kind | None, typer.Option(flag, help=f"{field_doc(field)} ({field})")]
 
 
 def resolve_config(

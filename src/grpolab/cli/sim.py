@@ -9,7 +9,9 @@ from typing import Annotated, Any
 import typer
 
 from grpolab.cli.options import ConfigOpt, EnvOpt, JsonOpt, SeedOpt, WeightsOpt, console, print_json, resolve_config
+from grpolab.config import field_doc
 from grpolab.errors import UserError
+from grpolab.trust.simulate import SimSettings
 
 
 def register(app: typer.Typer) -> None:
@@ -18,12 +20,11 @@ def register(app: typer.Typer) -> None:
 
 def calibration_rows(path: Path) -> list[dict[str, Any]]:
     """Scored episode rows from a run dir (eval/0.jsonl, else step-1 episodes) or a `check --save` JSON file."""
-    from grpolab.rundir import read_jsonl
+    from grpolab.rundir import RunDir
 
     if path.is_dir():
-        rows = read_jsonl(path / "eval" / "0.jsonl") or [
-            r for r in read_jsonl(path / "episodes.jsonl") if r.get("step") == 1
-        ]
+        run = RunDir(path)
+        rows = run.eval_rows("0") or [r for r in run.episodes() if r.get("step") == 1]
     elif path.is_file():
         try:
             rows = jsonlib.loads(path.read_text())["dry_run"]["base_episodes"]
@@ -43,8 +44,8 @@ def simulate(
     weights: WeightsOpt = None,
     steps: Annotated[int, typer.Option("--steps", help="GRPO iterations to simulate.")] = 100,
     runs: Annotated[int, typer.Option("--runs", help="Seeded runs averaged (band = 10-90%).")] = 16,
-    beta: Annotated[float | None, typer.Option("--beta", help="KL coefficient (default: grpo.beta).")] = None,
-    lr: Annotated[float, typer.Option("--lr", help="Step size on the class logits (simulator units).")] = 0.5,
+    beta: Annotated[float | None, typer.Option("--beta", help=f"{field_doc('grpo.beta')} (grpo.beta)")] = None,
+    lr: Annotated[float, typer.Option("--lr", help=SimSettings.LR_DOC)] = 0.5,
     calibrate: Annotated[
         Path | None, typer.Option("--calibrate", help="Run dir or check report: initial class mix.")
     ] = None,
@@ -52,32 +53,24 @@ def simulate(
     json: JsonOpt = False,
 ) -> None:
     """Simulate GRPO on a behaviour-level policy whose class rewards are measured with the real reward."""
-    from grpolab.engine.loop import env_for
-    from grpolab.models import load_tokenizer
-    from grpolab.rundir import read_jsonl
-    from grpolab.trust.simulate import (
-        DEFAULT_PRIOR,
-        SimSettings,
-        fit_lr,
-        measure_profiles,
-        prior_from_rows,
-        sim_to_real,
-    )
+    from grpolab.envs import env_for
+    from grpolab.models import default_token_counter
+    from grpolab.rundir import RunDir
+    from grpolab.trust.simulate import DEFAULT_PRIOR, fit_lr, measure_profiles, prior_from_rows, sim_to_real
     from grpolab.trust.simulate import simulate as run_sim
 
-    cfg = resolve_config(config, env, seed=seed, weights=weights)
+    cfg = resolve_config(config, env, seed=seed, weights=weights, grpo__beta=beta)
     source = calibrate or real
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR
-    tok = load_tokenizer()
-    profiles = measure_profiles(env_for(cfg), lambda text: len(tok(text, add_special_tokens=False).input_ids))
-    result = run_sim(profiles, prior, SimSettings.from_config(cfg, steps=steps, runs=runs, beta=beta, lr=lr))
+    profiles = measure_profiles(env_for(cfg), default_token_counter(), cfg.reward.length_unit)
+    result = run_sim(profiles, prior, SimSettings(cfg, steps=steps, runs=runs, lr=lr))
     result["prior_source"] = str(source) if source else "documented default (SmolLM2-135M base: mostly free text)"
     if real is not None:
-        real_rows = read_jsonl(real / "metrics.jsonl")
+        real_rows = RunDir(real).metrics()
         if not real_rows:
             raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
         result["sim_to_real"] = sim_to_real(result, real_rows)
-        settings = SimSettings.from_config(cfg, steps=max(r["step"] for r in real_rows), runs=runs, beta=beta, lr=lr)
+        settings = SimSettings(cfg, steps=max(r["step"] for r in real_rows), runs=runs, lr=lr)
         fitted_lr, fitted_gap = fit_lr(profiles, prior, settings, real_rows)
         result["sim_to_real_fitted"] = {"lr": fitted_lr, "gap": fitted_gap}
     if json:
@@ -87,8 +80,10 @@ def simulate(
     for name, c in result["classes"].items():
         console.print(f"  {name:<18} reward {c['reward']:+.2f}   p {c['initial']:.2f} -> {c['final']:.2f}")
     last = result["iterations"][-1]
-    console.print(f"after {steps} steps: reward {last['reward']:+.2f}, kl {last['kl']:.3f}, tool_call_prob "
-                  f"{last['tool_call_prob']:.0%}, hack_mass {last['hack_mass']:.0%}, success {last['success']:.0%}")  # fmt: skip
+    console.print(
+        f"after {steps} steps: reward {last['reward/mean']:+.2f}, kl {last['kl']:.3f}, "
+        f"tool_call_prob {last['tool_call_prob']:.0%}, hack_mass {last['hack_mass']:.0%}, success {last['success']:.0%}"
+    )
     if "sim_to_real" in result:
         gap = {k: round(v, 3) for k, v in result["sim_to_real"].items()}
         fit = result["sim_to_real_fitted"]

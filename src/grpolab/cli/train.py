@@ -17,12 +17,16 @@ from grpolab.cli.options import (
     SeedOpt,
     WeightsOpt,
     console,
+    field_option,
     print_json,
     resolve_config,
 )
 from grpolab.errors import UserError
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]
+StepsOpt = field_option("--steps", "train.steps")
+SftStepsOpt = field_option("--sft-steps", "train.sft_steps")
+BackendOpt = field_option("--backend", "train.backend", str)
 
 
 def register(app: typer.Typer) -> None:
@@ -39,35 +43,26 @@ def train(
     weights: WeightsOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Run directory to create (runs/NAME).")] = None,
     resume: Annotated[Path | None, typer.Option("--resume", help="Resume this run directory.")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="GRPO steps (train.steps).")] = None,
-    sft_steps: Annotated[int | None, typer.Option("--sft-steps", help="SFT warm-start steps.")] = None,
-    backend: Annotated[
-        str | None, typer.Option("--backend", help="native (default) or trl (TRL's GRPOTrainer; train.backend).")
-    ] = None,
+    steps: StepsOpt = None,
+    sft_steps: SftStepsOpt = None,
+    backend: BackendOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
-    from grpolab.engine.loop import load_run_config
     from grpolab.engine.loop import train as run_training
+    from grpolab.rundir import RunDir
 
     if resume is not None:
-        cfg = load_run_config(resume)
+        cfg = RunDir(resume).read_config()
         if steps is not None:
             cfg.train.steps = steps
-        if cfg.train.backend == "trl":
-            raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
         run_training(cfg, resume, resume=True, quiet=quiet)
         return
     if out is None:
         raise UserError("train needs --out DIR (or --resume DIR)", "for example --out runs/first")
-    cfg = resolve_config(config, env, model, seed, weights, train__steps=steps, train__sft_steps=sft_steps,
-                         train__backend=backend)  # fmt: skip
-    if cfg.train.backend == "trl":
-        from grpolab.trl.source import train_trl
-
-        run = train_trl(cfg, out, quiet=quiet)
-    else:
-        run = run_training(cfg, out, quiet=quiet)
+    overrides = {"train__steps": steps, "train__sft_steps": sft_steps, "train__backend": backend}
+    cfg = resolve_config(config, env, model, seed, weights, **overrides)
+    run = run_training(cfg, out, quiet=quiet)
     if not quiet:
         console.print(f"run dir: {run.path}")
 
@@ -88,7 +83,8 @@ def eval_(
 ) -> None:
     """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity."""
     from grpolab.engine.evaluate import evaluate
-    from grpolab.engine.loop import env_for, load_run_policy
+    from grpolab.engine.policy import load_run_policy
+    from grpolab.envs import env_for
 
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
@@ -113,12 +109,10 @@ def demo(
     config: ConfigOpt = None,
     seed: SeedOpt = None,
     out: Annotated[Path, typer.Option("--out", help="Run directory.")] = Path("runs/demo"),
-    steps: Annotated[int | None, typer.Option("--steps", help="GRPO steps.")] = None,
+    steps: StepsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Everything on the embedded model: held-out eval of the base, SFT warm start, GRPO, held-out eval."""
-    import json as jsonlib
-
     from grpolab.engine.loop import train as run_training
 
     cfg = resolve_config(config or _demo_config(), seed=seed, train__steps=steps)
@@ -127,11 +121,16 @@ def demo(
     t0 = time.perf_counter()
     run = run_training(cfg, out, quiet=quiet)
     minutes = (time.perf_counter() - t0) / 60
-    summary = jsonlib.loads((run.path / "eval" / "summary.json").read_text())
+    summary = run.eval_summary()
     table = Table("held-out", "base", "after SFT", f"after GRPO (step {cfg.train.steps})")
     labels = ["base", "0", str(cfg.train.steps)]
-    for key, name in [("heldout/success", "success"), ("heldout/tool_call_prob", "tool_call_prob"),
-                      ("heldout/schema", "schema validity"), ("heldout/reward", "reward")]:  # fmt: skip
+    rows = [
+        ("heldout/success", "success"),
+        ("heldout/tool_call_prob", "tool_call_prob"),
+        ("heldout/schema", "schema validity"),
+        ("heldout/reward", "reward"),
+    ]
+    for key, name in rows:
         table.add_row(name, *(_cell(summary.get(label, {}).get(key)) for label in labels))
     console.print(table)
     console.print(f"run dir: {run.path}   ({minutes:.1f} min, {int(summary['0']['heldout/n'])} held-out tasks)")

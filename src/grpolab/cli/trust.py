@@ -47,7 +47,7 @@ def check(
     json: JsonOpt = False,
 ) -> None:
     """Dry-run the reward, run the gameability probes and the learnability smoke test on the base model."""
-    from grpolab.engine.loop import env_for
+    from grpolab.envs import env_for
     from grpolab.models import load_model
     from grpolab.trust.preflight import check as run_check
 
@@ -55,7 +55,7 @@ def check(
     policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
     report = run_check(policy, tokenizer, env_for(cfg), cfg, prompts, group_size)
     if save is not None:
-        from grpolab.rundir import atomic_write_text
+        from grpolab.files import atomic_write_text
 
         atomic_write_text(save, jsonlib.dumps(report, indent=2, default=str))
     if json:
@@ -81,20 +81,22 @@ def _print(report: dict) -> None:
         console.print(f"[red]{line}[/red]")
     learn = report["learnability"]
     console.print(
-        f"learnability ({learn['prompts']} prompts x G={learn['group_size']}): mean reward {learn['reward/mean']:+.2f}, "
-        f"tool_call_prob (base prior) {learn['tool_call_prob']:.0%}, frac_zero_std {learn['frac_zero_std']:.0%}, "
-        f"pass@G {learn['pass_at_g']}, all-pass {len(learn['all_pass'])}, all-fail {len(learn['all_fail'])}"
+        f"learnability ({learn['prompts']} prompts x G={learn['group_size']}): "
+        f"mean reward {learn['reward/mean']:+.2f}, tool_call_prob (base prior) {learn['tool_call_prob']:.0%}, "
+        f"frac_zero_std {learn['frac_zero_std']:.0%}, pass@G {learn['pass_at_g']}, "
+        f"all-pass {len(learn['all_pass'])}, all-fail {len(learn['all_fail'])}"
     )
     console.print(f"recommendation: {learn['recommendation']}")
 
 
 def _policy_for(spec: str, cfg_default):
     """A model by lab name or a run directory (its latest checkpoint); 'base' = the run's base model."""
-    from grpolab.engine.loop import load_run_policy
+    from grpolab.engine.policy import load_run_policy
     from grpolab.models import load_model
+    from grpolab.rundir import RunDir
 
     path = Path(spec)
-    if (path / "config.json").is_file():
+    if RunDir(path).is_run():
         return load_run_policy(path)
     model, tok = load_model(spec, seed=cfg_default.seed)
     return model, tok, cfg_default
@@ -109,9 +111,9 @@ def compare(
     json: JsonOpt = False,
 ) -> None:
     """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
-    from grpolab.engine.evaluate import episode_row, evaluate
-    from grpolab.engine.loop import env_for
-    from grpolab.report.html import CSS, side_by_side
+    from grpolab.engine.evaluate import evaluate
+    from grpolab.envs import env_for
+    from grpolab.metrics import episode_row
 
     base_cfg = resolve_config(config)
     right_model, right_tok, cfg = _policy_for(run, base_cfg)
@@ -124,13 +126,11 @@ def compare(
     right_sum, right_eps = evaluate(right_model, right_tok, env, cfg, "heldout", limit)
     left_rows, right_rows = [episode_row(e) for e in left_eps], [episode_row(e) for e in right_eps]
     if html_out is not None:
-        from grpolab.rundir import atomic_write_text
+        from grpolab.files import atomic_write_text
+        from grpolab.report.trajectories import page, side_by_side
 
-        body = side_by_side(left_rows, right_rows, against, run, limit)
-        atomic_write_text(
-            html_out,
-            f"<!doctype html><html><head><meta charset='utf-8'><style>{CSS}</style></head><body><h1>{against} vs {run}</h1>{body}</body></html>",
-        )
+        body = f"<h1>{against} vs {run}</h1>" + side_by_side(left_rows, right_rows, against, run, limit)
+        atomic_write_text(html_out, page(f"{against} vs {run}", body))
     if json:
         print_json(
             {
@@ -144,8 +144,11 @@ def compare(
 
     for a, b in zip(left_rows, right_rows):
         console.print(f"[bold]{a['task_id']}[/bold]: {a['prompt']} (expected {a['answer']})")
-        console.print(Columns([Panel(r["text"], title=f"{name}  {r['breakdown']}", subtitle=r["reasons"]["completion"][:60], width=60)
-                               for name, r in ((against, a), (run, b))]))  # fmt: skip
+        panels = [
+            Panel(r["text"], title=f"{name}  {r['breakdown']}", subtitle=r["reasons"]["completion"][:60], width=60)
+            for name, r in ((against, a), (run, b))
+        ]
+        console.print(Columns(panels))
     console.print(
         f"held-out success: {against} {left_sum['heldout/success']:.0%}  vs  {run} {right_sum['heldout/success']:.0%}"
     )

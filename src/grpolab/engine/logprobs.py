@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from grpolab.engine.grpo import token_entropy
+from grpolab.models import cache_keyword, cache_of
 
 
 @dataclass
@@ -80,16 +81,21 @@ def token_stats(model: Any, batch: SequenceBatch, temperature: float = 1.0, with
     return TokenStats(logp=logp, entropy=entropy, first_token_probs=first_probs)
 
 
-def group_token_stats(model: Any, prompt: list[int], completions: list[list[int]], masks: list[list[int]], pad: int,
-                      temperature: float = 1.0, with_entropy: bool = True) -> tuple[TokenStats, Tensor]:  # fmt: skip
+def group_token_stats(
+    model: Any,
+    prompt: list[int],
+    completions: list[list[int]],
+    masks: list[list[int]],
+    pad: int,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[TokenStats, Tensor]:
     """Stats for episodes that share one prompt. Returns (stats, mask), both (G, K) with completions left-aligned."""
-    from grpolab.engine.rollout import _cache_keyword, _cache_of
-
     device = next(model.parameters()).device
     G, K = len(completions), max(max(len(c) for c in completions), 1)
     prompt_ids = torch.tensor([prompt], device=device)  # (1, Lp)
     out = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
-    cache = _cache_of(out)
+    cache = cache_of(out)
     cache.batch_repeat_interleave(G)
     ids = torch.full((G, K), pad, dtype=torch.long, device=device)  # (G, K) right-padded
     mask = torch.zeros((G, K), dtype=torch.float32, device=device)
@@ -101,8 +107,9 @@ def group_token_stats(model: Any, prompt: list[int], completions: list[list[int]
             mask[i, : len(c)] = torch.tensor(m, dtype=torch.float32, device=device)
             attention[i, len(prompt) : len(prompt) + len(c)] = 1
     positions = (len(prompt) + torch.arange(K, device=device))[None, :].expand(G, K)
-    out2 = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                 **{_cache_keyword(model): cache})  # fmt: skip
+    out2 = model(
+        input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **{cache_keyword(model): cache}
+    )
     first = out.logits[:, -1:, :].expand(G, 1, -1)  # (G, 1, V): predicts each completion's first token
     logits = torch.cat([first, out2.logits[:, :-1, :]], dim=1).float() / temperature  # (G, K, V)
     logp_all = torch.log_softmax(logits, dim=-1)

@@ -1,208 +1,166 @@
-"""A training run end to end: load, (SFT), GRPO steps with eval and checkpoints, all into a run directory."""
+"""The run loop: one path from a config to a report, whichever backend makes the GRPO steps.
+
+    probes -> (base eval -> SFT warm start) -> eval 0 -> checkpoint 0 -> steps -> report
+                                                    each step: eval when due -> alarms -> rows -> checkpoint
+
+Two step sources plug in: the native engine (`grpolab.engine.trainer.GRPOTrainer`) and TRL's GRPOTrainer
+(`grpolab.trl.source.TrlSource`). A source runs steps and hands each finished one to `on_step`; everything the
+run directory holds (evaluations, alarms, metrics and episode rows, checkpoints, stop requests) is decided here.
+"""
 
 from __future__ import annotations
 
-import copy
-import json
-import shutil
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import torch
-
-from grpolab.config import LabConfig, config_to_dict
-from grpolab.engine.evaluate import episode_row, evaluate
+from grpolab.config import LabConfig
+from grpolab.engine.evaluate import evaluate
+from grpolab.engine.policy import build_policy
 from grpolab.engine.progress import Progress
 from grpolab.engine.sft import sft_warm_start
-from grpolab.engine.trainer import GRPOTrainer
-from grpolab.envs import get_env
+from grpolab.engine.trainer import GRPOTrainer, StepResult
+from grpolab.envs import Environment, env_for
 from grpolab.errors import UserError
-from grpolab.models import load_model
+from grpolab.metrics import episode_row
+from grpolab.models import load_tokenizer, token_counter
 from grpolab.rundir import RunDir
+from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.preflight import probe_report
 
 
-def _with_lora(model: Any, cfg: LabConfig) -> Any:
-    from peft import LoraConfig as PeftLoraConfig
-    from peft import get_peft_model
+class StepSource(Protocol):
+    """Where GRPO steps come from. `model`/`optimizer` are what evaluation and checkpoints use."""
 
-    peft_config = PeftLoraConfig(
-        r=cfg.lora.rank,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules,
-        task_type="CAUSAL_LM",
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+
+    def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
+        """Make steps `first`..`last`, calling `on_step` after each; stop early when it returns True."""
+        ...
+
+    def state(self) -> dict[str, Any]: ...
+
+
+def native_source(cfg: LabConfig, run: RunDir, env: Environment) -> GRPOTrainer:
+    """The native engine, starting from the run's warm start (policy and frozen reference both)."""
+    model, tokenizer, reference = build_policy(cfg, run.warm_start())
+    return GRPOTrainer(model, tokenizer, env, cfg, reference)
+
+
+def make_source(cfg: LabConfig, run: RunDir, env: Environment) -> StepSource:
+    if cfg.train.backend == "trl":
+        from grpolab.trl.source import TrlSource
+
+        return TrlSource(cfg, run, env)
+    return native_source(cfg, run, env)
+
+
+def summary_line(summary: dict[str, float]) -> str:
+    return (
+        f"success {summary['heldout/success']:.0%}, tool_call_prob {summary['heldout/tool_call_prob']:.0%}, "
+        f"schema {summary['heldout/schema']:.2f}"
     )
-    return get_peft_model(model, peft_config)
 
 
-def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, Any, Any]:
-    """(policy, tokenizer, reference): LoRA adapters on the base (reference = adapters off), or a full copy.
-
-    With `warm_start` (the SFT weights saved in a run dir), those are applied first and merged into the base, so
-    the frozen reference of GRPO is the SFT model, the policy GRPO actually starts from.
-    """
-    torch.manual_seed(cfg.seed)
-    model, tokenizer = load_model(cfg.model, seed=cfg.seed)
-    if warm_start is not None:
-        model = _apply_warm_start(model, cfg, warm_start)
-    if not cfg.lora.enabled:
-        reference = copy.deepcopy(model).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-        return model, tokenizer, reference
-    return _with_lora(model, cfg), tokenizer, None
+def _record_eval(run: RunDir, label: str, summary: dict[str, float], episodes: list[Any]) -> None:
+    run.record_eval(label, [episode_row(e) for e in episodes], summary)
 
 
-def _apply_warm_start(model: Any, cfg: LabConfig, path: Path) -> Any:
-    if not cfg.lora.enabled:
-        model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
-        return model
-    peft_model = _with_lora(model, cfg)
-    peft_model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
-    return peft_model.merge_and_unload()
+def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, eval_base: bool) -> None:
+    """Before the first step: probes, the base model's held-out score and the SFT warm start (when configured)."""
+    probes = probe_report(env, cfg, token_counter(load_tokenizer(cfg.model)))
+    run.write_json("preflight.json", probes)
+    for line in probes["gameable"]:
+        progress.note(line)
+    if cfg.train.sft_steps <= 0:
+        return
+    model, tokenizer, reference = build_policy(cfg)
+    if eval_base:
+        with model.disable_adapter() if reference is None else nullcontext():
+            summary, episodes = evaluate(model, tokenizer, env, cfg)
+        _record_eval(run, "base", summary, episodes)
+        progress.note(f"base model held-out: {summary_line(summary)}")
+    progress.note(f"SFT warm start: {cfg.train.sft_steps} steps on reference transcripts")
+    t = cfg.train
+    losses = sft_warm_start(model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
+    run.write_json("sft.json", {"loss": losses})
+    run.save_warm_start(model)
 
 
-def save_warm_start(model: Any, run: RunDir) -> Path:
-    path = run.warm_start_path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save({n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}, tmp)
-    tmp.replace(path)
-    return path
-
-
-def load_run_policy(path: Path) -> tuple[Any, Any, LabConfig]:
-    """(policy, tokenizer, config) of a run directory at its latest checkpoint (SFT warm start included)."""
-    cfg = load_run_config(path)
-    run = RunDir(path)
-    model, tokenizer, _ = build_policy(cfg, run.warm_start())
-    if run.load_checkpoint(model, None) is None:
-        raise UserError(f"{path} has no checkpoint", "train it first, or evaluate a model with --model")
-    return model, tokenizer, cfg
-
-
-def env_for(cfg: LabConfig):
-    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)
-
-
-def record_eval(run: RunDir, label: str, summary: dict[str, float], episodes) -> None:
-    run.write_eval(label, [episode_row(e) for e in episodes])  # type: ignore[arg-type]
-    path = run.path / "eval" / "summary.json"
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    data[str(label)] = summary
-    run.write_json("eval/summary.json", data)
-
-
-def start_run(cfg: LabConfig, out: Path) -> RunDir:
-    run = RunDir(out)
-    if run.metrics_path.exists() or run.checkpoints():
-        raise UserError(
-            f"run directory {out} already has a run", f"resume it with --resume {out}, or pick another --out"
-        )
-    run.path.mkdir(parents=True, exist_ok=True)
-    run.write_json("config.json", config_to_dict(cfg))
-    return run
-
-
-def load_run_config(path: Path) -> LabConfig:
-    data = RunDir(path).read_json("config.json")
-    try:
-        return LabConfig.model_validate(data)
-    except Exception as exc:
-        raise UserError(f"{path}/config.json is not a valid config ({str(exc).splitlines()[0]})", "fix or remove it")
-
-
-def train(cfg: LabConfig, out: Path, resume: bool = False, quiet: bool = False,
-          eval_base: bool = True, warm_start: Path | None = None) -> RunDir:  # fmt: skip
-    """Run (or resume) SFT + GRPO into `out`. Returns the run directory.
+def train(
+    cfg: LabConfig,
+    out: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    eval_base: bool = True,
+    warm_start: Path | None = None,
+) -> RunDir:
+    """Run (or resume) SFT + GRPO into `out` on the configured backend. Returns the run directory.
 
     `warm_start`: another run directory whose SFT warm start this run starts from (its SFT is skipped), so that
     experiments varying only GRPO settings share one warm start."""
-    run = RunDir(out) if resume else start_run(cfg, out)
+    run = RunDir(out) if resume else RunDir.create(out, cfg)
     run.clear_stop()  # a stale stop request from an earlier process must not end this one
     env = env_for(cfg)
     progress = Progress(cfg, quiet)
     if resume and run.checkpoints():
-        model, tokenizer, reference = build_policy(cfg, run.warm_start())
-        trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
-        state = run.load_checkpoint(model, trainer.optimizer)
+        if cfg.train.backend == "trl":
+            raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
+        source = native_source(cfg, run, env)
+        state = run.load_checkpoint(source.model, source.optimizer)
         assert state is not None
-        trainer.restore(state)
+        source.restore(state)
         start = int(state["step"])
         run.rewind(start)
         progress.note(f"resumed {out} from step {start}")
     else:
         run.rewind(0)  # a run killed before its first checkpoint starts over cleanly
         if warm_start is not None:
-            source = RunDir(warm_start).warm_start()
-            if source is None:
-                raise UserError(f"{warm_start} has no SFT warm start", "pick a run trained with train.sft_steps > 0")
-            run.warm_start_path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, run.warm_start_path)
+            run.adopt_warm_start(RunDir(warm_start))
             cfg = cfg.model_copy(deep=True)
             cfg.train.sft_steps = 0
-            run.write_json("config.json", config_to_dict(cfg))
-            run.write_json("sft/source.json", {"warm_start_from": str(warm_start)})
-        model, tokenizer, reference = build_policy(cfg, run.warm_start() if warm_start is not None else None)
-        probes = probe_report(env, cfg, lambda text: len(tokenizer(text, add_special_tokens=False).input_ids))
-        run.write_json("preflight.json", probes)
-        for line in probes["gameable"]:
-            progress.note(line)
-        if eval_base and cfg.train.sft_steps > 0:
-            with model.disable_adapter() if reference is None else nullcontext():
-                summary, eps = evaluate(model, tokenizer, env, cfg)
-            record_eval(run, "base", summary, eps)
-            progress.note(f"base model held-out: {_fmt(summary)}")
-        if cfg.train.sft_steps > 0:
-            progress.note(f"SFT warm start: {cfg.train.sft_steps} steps on reference transcripts")
-            losses = sft_warm_start(model, tokenizer, env, cfg.train.sft_steps, cfg.train.sft_batch_size,
-                                    cfg.train.sft_learning_rate, cfg.seed)  # fmt: skip
-            run.write_json("sft.json", {"loss": losses})
-            warm = save_warm_start(model, run)
-            model, tokenizer, reference = build_policy(cfg, warm)  # GRPO's frozen reference = the SFT model
-        trainer = GRPOTrainer(model, tokenizer, env, cfg, reference)
+            run.write_config(cfg)
+        _prepare(cfg, run, env, progress, eval_base)
+        source = make_source(cfg, run, env)
         if eval_base:
-            summary, eps = trainer.evaluate()
-            record_eval(run, "0", summary, eps)
-            warm = cfg.train.sft_steps or warm_start is not None
-            progress.note(f"{'after SFT' if warm else 'base model'} held-out: {_fmt(summary)}")
+            summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
+            _record_eval(run, "0", summary, episodes)
+            warm = run.warm_start() is not None
+            progress.note(f"{'after SFT' if warm else 'base model'} held-out: {summary_line(summary)}")
         start = 0
-        run.save_checkpoint(0, model, trainer.optimizer, trainer.state())
+        run.save_checkpoint(0, source.model, source.optimizer, source.state())
+    watch = AlarmWatch(cfg, run.metrics(), run.heldout_at_start())
     steps = cfg.train.steps
-    progress.start(steps, start)
-    for step in range(start + 1, steps + 1):
-        result = trainer.step(step)
+
+    def on_step(result: StepResult) -> bool:
         m = result.metrics
+        step = int(m["step"])
         last = step == steps
         if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or last:
-            summary, eps = trainer.evaluate()
-            record_eval(run, str(step), summary, eps)
+            summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
+            _record_eval(run, str(step), summary, episodes)
             m.update(summary)
-        m.update(progress.alarms(m, run))
-        run.append_jsonl(run.metrics_path, [m])
-        rows = [episode_row(e, step) for e in result.episodes[: cfg.train.episodes_per_step_logged]]
-        if rows:
-            run.append_jsonl(run.episodes_path, rows)
+        m.update(watch.check(m))
+        run.append_metrics(m)
+        run.append_episodes([episode_row(e, step) for e in result.episodes[: cfg.train.episodes_per_step_logged]])
         alarm_stop = bool(m["alarms"]) and cfg.watch.stop_on_alarm
         asked = run.stop_requested()
         if step % cfg.train.checkpoint_every == 0 or last or alarm_stop or asked:
-            run.save_checkpoint(step, model, trainer.optimizer, trainer.state())
+            run.save_checkpoint(step, source.model, source.optimizer, source.state())
         progress.update(m)
         if alarm_stop or asked:
-            progress.note(
-                f"stopped at step {step}: " + ("watch.stop_on_alarm is on" if alarm_stop else "stop requested")
-            )
+            why = "watch.stop_on_alarm is on" if alarm_stop else "stop requested"
+            progress.note(f"stopped at step {step}: {why}")
             run.clear_stop()
-            break
+        return alarm_stop or asked
+
+    progress.start(steps, start)
+    source.run(start + 1, steps, on_step)
     progress.stop()
     from grpolab.report.html import render_report
 
     progress.note(f"report: {render_report(run.path)}")
     return run
-
-
-def _fmt(summary: dict[str, float]) -> str:
-    return (f"success {summary['heldout/success']:.0%}, tool_call_prob {summary['heldout/tool_call_prob']:.0%}, "
-            f"schema {summary['heldout/schema']:.2f}")  # fmt: skip

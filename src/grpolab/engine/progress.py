@@ -1,4 +1,7 @@
-"""Watching a run: a rich progress bar with ETA and key metrics, stability flags, and optional trackio logging."""
+"""What a person watching a run sees: a rich progress bar with ETA and key metrics, notes, and trackio curves.
+
+Display only: the run loop computes every number (alarms included) and hands this the finished rows.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +13,11 @@ from rich.progress import Progress as RichProgress
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-from grpolab.rundir import heldout_at_start, read_jsonl
-from grpolab.trust.alarms import check_alarms
 
 
 class Progress:
     def __init__(self, cfg: LabConfig, quiet: bool = False):
-        self.cfg, self.quiet = cfg, quiet
+        self.quiet = quiet
         self.console = Console(stderr=True, highlight=False)
         self._bar: RichProgress | None = None
         self._task: Any = None
@@ -38,30 +39,24 @@ class Progress:
     def start(self, total: int, done: int) -> None:
         if self.quiet or total <= done:
             return
-        self._bar = RichProgress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                 TextColumn("{task.description}"), console=self.console, transient=False)  # fmt: skip
+        columns = (TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        self._bar = RichProgress(*columns, TextColumn("{task.description}"), console=self.console, transient=False)
         self._bar.start()
         self._task = self._bar.add_task("", total=total, completed=done)
 
-    def alarms(self, m: dict[str, Any], run: Any) -> dict[str, Any]:
-        """Alarm fields for this step's metrics row (history read from the run dir), printed when they fire."""
-        history = [*read_jsonl(run.metrics_path), m]
-        heldout = {int(r["step"]): r["heldout/success"] for r in history if "heldout/success" in r}
-        start = heldout_at_start(run)
-        if start is not None:
-            heldout = {0: start, **heldout}
-        alarms = check_alarms(history, heldout, self.cfg)
-        for name, why in alarms.items():
-            self.note(f"ALARM {name} at step {m['step']}: {why}")
-        return {"alarms": alarms, "kl_over_bound": "kl_bound" in alarms}
-
     def update(self, m: dict[str, Any]) -> None:
+        """Show one finished step's row (alarms already in it)."""
+        for name, why in (m.get("alarms") or {}).items():
+            self.note(f"ALARM {name} at step {m['step']}: {why}")
         if self._trackio is not None:
             self._trackio.log({k: v for k, v in m.items() if isinstance(v, (int, float))}, step=m["step"])
         if self._bar is None:
             return
-        parts = [f"reward {m.get('reward/mean', float('nan')):+.2f}", f"kl {m.get('kl', float('nan')):.3f}",
-                 f"P(tool) {m.get('tool_call_prob', float('nan')):.0%}"]  # fmt: skip
+        parts = [
+            f"reward {m.get('reward/mean', float('nan')):+.2f}",
+            f"kl {m.get('kl', float('nan')):.3f}",
+            f"P(tool) {m.get('tool_call_prob', float('nan')):.0%}",
+        ]
         if "heldout/success" in m:
             parts.append(f"held-out {m['heldout/success']:.0%}")
         if m.get("skipped"):

@@ -12,16 +12,16 @@ prefill is a small share of the cost (it is one batched matmul per layer, decodi
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from grpolab.config import LabConfig
 from grpolab.envs.base import Environment, Task
+from grpolab.models import cache_keyword, cache_of
 from grpolab.protocol import TOOL_CALL_CLOSE, parse_transcript, render_tool_response
 from grpolab.rewards.replay import respond_to_call
 from grpolab.rewards.score import Score
@@ -51,19 +51,22 @@ class Episode:
 
 @dataclass
 class SamplingSettings:
-    max_new_tokens: int = 160
-    max_turns: int = 3
-    temperature: float = 1.0
-    top_p: float = 1.0
+    """The rollout section of the config (`rollout.*`), plus what evaluation and benchmarks change."""
+
+    max_new_tokens: int
+    max_turns: int
+    temperature: float
+    top_p: float
     greedy: bool = False
     min_new_tokens: int = 0
     """Stop tokens are masked out until an episode has this many policy tokens (benchmarks: equal-length steps)."""
 
 
-def sampling_settings(cfg: LabConfig, greedy: bool = False) -> SamplingSettings:
+def sampling_settings(cfg: LabConfig, greedy: bool = False, **overrides: Any) -> SamplingSettings:
     """The rollout section of the lab config as sampling settings (greedy for evaluation)."""
     r = cfg.rollout
-    return SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p, greedy)
+    settings = SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p, greedy)
+    return replace(settings, **overrides)
 
 
 def stop_token_ids(tokenizer: Any) -> set[int]:
@@ -92,17 +95,6 @@ def _sample_next(logits: torch.Tensor, s: SamplingSettings, generator: torch.Gen
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def _cache_keyword(model: Any) -> str:
-    """transformers 5.2x renamed `past_key_values` to `cache`; support both."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
-
-
-def _cache_of(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
-
-
 @torch.no_grad()
 def run_episodes(
     model: Any,
@@ -122,8 +114,11 @@ def run_episodes(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     stops = stop_token_ids(tokenizer)
     prompts = [prompt_ids(tokenizer, env, t) for t in tasks]
-    episodes = [Episode(task=t, group=g, prompt_ids=p) for g, (t, p) in enumerate(zip(tasks, prompts))
-                for _ in range(group_size)]  # fmt: skip
+    episodes = [
+        Episode(task=t, group=g, prompt_ids=p)
+        for g, (t, p) in enumerate(zip(tasks, prompts))
+        for _ in range(group_size)
+    ]
     U, L = len(prompts), max(len(p) for p in prompts)
     input_ids = torch.full((U, L), pad, dtype=torch.long, device=device)  # (U, L), left-padded
     attention = torch.zeros((U, L), dtype=torch.long, device=device)
@@ -132,7 +127,7 @@ def run_episodes(
         attention[i, L - len(p) :] = 1
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
-    cache_kw, cache = _cache_keyword(model), _cache_of(out)
+    cache_kw, cache = cache_keyword(model), cache_of(out)
     cache.batch_repeat_interleave(group_size)
     logits = out.logits[:, -1, :].float().repeat_interleave(group_size, dim=0)  # (B, V)
     attention = attention.repeat_interleave(group_size, dim=0)  # (B, L)
@@ -184,15 +179,16 @@ def run_episodes(
             use_cache=True,
             **{cache_kw: cache},
         )
-        cache, logits = _cache_of(out), out.logits[:, -1, :].float()
+        cache, logits = cache_of(out), out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     for e in episodes:
         e.text = episode_text(tokenizer, e)
     return episodes
 
 
-def _respond(e: Episode, turn_start: int, env: Environment, tokenizer: Any, s: SamplingSettings,
-             stops: set[int]) -> list[int] | None:  # fmt: skip
+def _respond(
+    e: Episode, turn_start: int, env: Environment, tokenizer: Any, s: SamplingSettings, stops: set[int]
+) -> list[int] | None:
     """The model closed a tool call: execute it and return the response tokens, or end the episode."""
     if e.turns >= s.max_turns:
         e.done, e.stop_reason = True, "turn_limit"
@@ -215,8 +211,3 @@ def _respond(e: Episode, turn_start: int, env: Environment, tokenizer: Any, s: S
 def episode_text(tokenizer: Any, e: Episode) -> str:
     """The transcript as text (special tokens dropped), which the reward scores."""
     return tokenizer.decode(e.completion_ids, skip_special_tokens=True)
-
-
-def mean(xs: list[float]) -> float:
-    xs = [x for x in xs if math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else float("nan")

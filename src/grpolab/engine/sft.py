@@ -37,7 +37,6 @@ def sft_warm_start(
     batch_size: int,
     learning_rate: float,
     seed: int,
-    on_step: Any = None,
 ) -> list[float]:
     """Train on reference transcripts of the train split; returns the loss per step."""
     tasks = env.tasks("train")
@@ -47,7 +46,7 @@ def sft_warm_start(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     losses = []
     model.train()
-    for step in range(1, steps + 1):
+    for _ in range(steps):
         batch_tasks = rng.sample(tasks, min(batch_size, len(tasks)))
         prompts, comps, masks = zip(*(reference_tokens(tokenizer, env, t) for t in batch_tasks))
         batch = make_batch(list(prompts), list(comps), list(masks), pad)
@@ -59,7 +58,5 @@ def sft_warm_start(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         losses.append(loss.item())
-        if on_step:
-            on_step(step, float(loss))
     model.eval()
     return losses

@@ -1,7 +1,9 @@
-"""The GRPO loop: prompts -> groups -> rewards -> advantages -> mu update epochs -> metrics -> eval -> checkpoint.
+"""One native GRPO step: prompts -> groups -> rewards -> advantages -> mu update epochs -> metrics.
 
-Prompts and sampling seeds are derived from (seed, step), so a resumed run redoes a step exactly as the killed
-run would have. A step whose rewards or loss are not finite is skipped (no update) and recorded as skipped.
+`GRPOTrainer` is the native step source of the run loop (`grpolab.engine.loop`); evaluation, alarms, checkpoints
+and the run directory are the loop's. Prompts and sampling seeds are derived from (seed, step), so a resumed run
+redoes a step exactly as the killed run would have. A step whose rewards or loss are not finite is skipped (no
+update) and recorded as skipped.
 """
 
 from __future__ import annotations
@@ -10,17 +12,19 @@ import math
 import random
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from grpolab.config import LabConfig
-from grpolab.engine.evaluate import evaluate, has_valid_call, reward_means, score_episodes
 from grpolab.engine.grpo import group_advantages, grpo_loss
 from grpolab.engine.logprobs import group_token_stats
-from grpolab.engine.rollout import Episode, mean, run_episodes, sampling_settings
+from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.envs.base import Environment, Task
+from grpolab.metrics import episode_metrics, group_stats, mean
+from grpolab.rewards.score import score_episodes
 
 MICRO_BATCH = 8
 """Most episodes per forward/backward (one shared prompt); gradients accumulate over the step's batch."""
@@ -68,7 +72,7 @@ class GRPOTrainer:
             tasks = step_prompts(self.train_tasks, cfg, step, attempt)
             gen = step_generator(cfg, step, attempt)
             eps = run_episodes(self.model, self.tokenizer, self.env, tasks, G, sampling_settings(cfg), gen)
-            score_episodes(self.env, eps, cfg)
+            score_episodes(self.env, eps, cfg.reward.weights, cfg.reward.length_unit)
             for g in range(len(tasks)):
                 group = eps[g * G : (g + 1) * G]
                 if cfg.grpo.dynamic_filter != "off" and len({e.score.total for e in group}) == 1:
@@ -97,8 +101,15 @@ class GRPOTrainer:
 
     def _stats(self, model: Any, episodes: list[Episode], with_entropy: bool = True):
         e0 = episodes[0]
-        return group_token_stats(model, e0.prompt_ids, [e.completion_ids for e in episodes], [e.mask for e in episodes],
-                                 self.pad, self.cfg.rollout.temperature, with_entropy)  # fmt: skip
+        return group_token_stats(
+            model,
+            e0.prompt_ids,
+            [e.completion_ids for e in episodes],
+            [e.mask for e in episodes],
+            self.pad,
+            self.cfg.rollout.temperature,
+            with_entropy,
+        )
 
     def _reference_logp(self, episodes: list[Episode]) -> torch.Tensor:
         with torch.no_grad():
@@ -126,8 +137,18 @@ class GRPOTrainer:
             for idx, chunk, ref, old in zip(index, chunks, refs, olds):
                 stats, mask = self._stats(self.model, chunk)
                 old_logp = stats.logp.detach() if old is None else old
-                loss, ls = grpo_loss(stats.logp, old_logp, ref, advantages[idx], mask, cfg.beta, cfg.epsilon,
-                                     eps_high, cfg.loss_type, self.cfg.rollout.max_new_tokens)  # fmt: skip
+                loss, ls = grpo_loss(
+                    stats.logp,
+                    old_logp,
+                    ref,
+                    advantages[idx],
+                    mask,
+                    cfg.beta,
+                    cfg.epsilon,
+                    eps_high,
+                    cfg.loss_type,
+                    self.cfg.rollout.max_new_tokens,
+                )
                 n_tok = float(mask.sum())
                 share = n_tok / max(total_tokens, 1) if cfg.loss_type == "dapo" else len(chunk) / len(episodes)
                 if not torch.isfinite(loss):
@@ -166,18 +187,9 @@ class GRPOTrainer:
         m: dict[str, Any] = {"step": step, "groups_dropped": dropped, "groups_resampled": resampled}
         if not episodes:
             return StepResult({**m, "skipped": 1.0, "skip_reason": "every group had equal rewards"})
-        scores = [e.score for e in episodes]
-        rewards = torch.tensor([s.total for s in scores], dtype=torch.float32).view(-1, G)  # (P, G)
-        m.update(reward_means(scores))
-        m["reward/std"] = float(rewards.std(unbiased=False)) if rewards.numel() > 1 else 0.0
-        m["episodes"] = len(episodes)
-        m["reward_errors"] = sum(len(s.errors) for s in scores)
-        m["frac_zero_std"] = float((rewards.std(dim=1, unbiased=False) == 0).float().mean())
-        m["tool_call_prob"] = mean([1.0 if has_valid_call(e) else 0.0 for e in episodes])
-        m["completion_len"] = mean([float(e.n_policy_tokens) for e in episodes])
-        m["turns"] = mean([float(e.turns) for e in episodes])
-        m["tool_errors"] = mean([float(e.tool_errors) for e in episodes])
-        m["success"] = mean([1.0 if s.solved else 0.0 for s in scores])
+        rewards = torch.tensor([e.score.total for e in episodes], dtype=torch.float32).view(-1, G)  # (P, G)
+        m.update(episode_metrics(episodes))
+        m.update(group_stats(rewards.tolist()))
         if not torch.isfinite(rewards).all():
             m.update({"skipped": 1.0, "skip_reason": "non-finite reward (see reward_errors)"})
             return StepResult(m, episodes)
@@ -195,8 +207,11 @@ class GRPOTrainer:
         m["perf/peak_rss_mb"] = peak_rss_mb()
         return StepResult(m, episodes)
 
-    def evaluate(self) -> tuple[dict[str, float], list[Episode]]:
-        return evaluate(self.model, self.tokenizer, self.env, self.cfg)
+    def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
+        """Steps `first`..`last`; `on_step` records each one and returns True to stop early."""
+        for step in range(first, last + 1):
+            if on_step(self.step(step)):
+                return
 
     def state(self) -> dict[str, Any]:
         return {"torch_rng": torch.get_rng_state().tolist()}

@@ -9,11 +9,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
 from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
 from grpolab.errors import UserError
 
-__all__ = ["SPLITS", "Environment", "Evidence", "Split", "Task", "Verdict", "get_env", "env_names"]
+if TYPE_CHECKING:
+    from grpolab.config import LabConfig
+
+__all__ = ["SPLITS", "Environment", "Evidence", "Split", "Task", "Verdict", "env_for", "env_names", "get_env"]
 
 
 def _finance() -> Environment:
@@ -81,3 +85,8 @@ def get_env(
     if not prompt_example:
         env.example = ""
     return env
+
+
+def env_for(cfg: LabConfig) -> Environment:
+    """The environment a config describes (name, task kinds, prompt example, data files)."""
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)

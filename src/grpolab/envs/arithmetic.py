@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from grpolab.calculator import calculate
-from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict, numbers_in, numeric_verdict
+from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
+from grpolab.envs.numeric import numbers_in, numeric_verdict
 from grpolab.tools import Tool, ToolBox, calculator
 
 TASKS_PER_SPLIT = {"train": 200, "heldout": 50}

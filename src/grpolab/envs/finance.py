@@ -14,17 +14,63 @@ from typing import Any
 
 from rank_bm25 import BM25Okapi
 
-from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict, numbers_in, numeric_verdict
+from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
+from grpolab.envs.numeric import numbers_in, numeric_verdict
 from grpolab.tools import Tool, ToolBox, calculator
 
 CORPUS_SEED = 20251
 YEAR = 2025
 HELDOUT_COMPANIES = 10
-_FIRST = ["Acme", "Borealis", "Cobalt", "Dunmore", "Evergreen", "Falcon", "Granite", "Harbor", "Ironwood", "Juniper",
-          "Keystone", "Lumen", "Meridian", "Northwind", "Obsidian", "Pinnacle", "Quarry", "Redwood", "Summit", "Tidewater",
-          "Umbra", "Vantage", "Willow", "Xylo", "Yardley", "Zephyr", "Aurora", "Beacon", "Cascade", "Driftwood", "Ember",
-          "Fjord", "Glacier", "Helix", "Indigo", "Jasper", "Kestrel", "Larkspur", "Mistral", "Nimbus", "Orchid",
-          "Prairie", "Quasar", "Ridgeline", "Saffron", "Thistle", "Upland", "Verdant"]  # fmt: skip
+_FIRST = [
+    "Acme",
+    "Borealis",
+    "Cobalt",
+    "Dunmore",
+    "Evergreen",
+    "Falcon",
+    "Granite",
+    "Harbor",
+    "Ironwood",
+    "Juniper",
+    "Keystone",
+    "Lumen",
+    "Meridian",
+    "Northwind",
+    "Obsidian",
+    "Pinnacle",
+    "Quarry",
+    "Redwood",
+    "Summit",
+    "Tidewater",
+    "Umbra",
+    "Vantage",
+    "Willow",
+    "Xylo",
+    "Yardley",
+    "Zephyr",
+    "Aurora",
+    "Beacon",
+    "Cascade",
+    "Driftwood",
+    "Ember",
+    "Fjord",
+    "Glacier",
+    "Helix",
+    "Indigo",
+    "Jasper",
+    "Kestrel",
+    "Larkspur",
+    "Mistral",
+    "Nimbus",
+    "Orchid",
+    "Prairie",
+    "Quasar",
+    "Ridgeline",
+    "Saffron",
+    "Thistle",
+    "Upland",
+    "Verdant",
+]
 _SECOND = ["Corp", "Industries", "Systems", "Holdings", "Labs", "Dynamics", "Foods", "Energy", "Logistics", "Media"]
 
 
@@ -146,7 +192,9 @@ class FinanceEnv(Environment):
         return Task(
             id=f"pct_change-{r.ticker}-Q{r.quarter}",
             kind="pct_change",
-            prompt=f"By what percent did {r.ticker} stock change in Q{r.quarter}, from the baseline price to the close?",
+            prompt=(
+                f"By what percent did {r.ticker} stock change in Q{r.quarter}, from the baseline price to the close?"
+            ),
             answer=f"{truth:.2f}",
             truth=truth,
             reference_thought=f"I need the {r.ticker} Q{r.quarter} report, then (close - baseline) / baseline * 100.",

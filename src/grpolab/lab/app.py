@@ -1,7 +1,7 @@
 """`grpolab lab`: the page. Config and simulator on top, then a real run (live), rollouts, preflight, TRL export.
 
-Layout and wiring only: numbers come from `grpolab.trust.simulate`, `grpolab.trust.probes`, `grpolab.trl.export` and the run
-directories (`lab.views`); training runs are separate processes (`lab.jobs`).
+Layout and wiring only: numbers come from `grpolab.trust.simulate`, `grpolab.trust.probes`, `grpolab.trl.export`
+and the run directories (`lab.views`); training runs are separate processes (`lab.jobs`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ from typing import Any
 
 import gradio as gr
 
-from grpolab.config import LabConfig, load_config
-from grpolab.envs import env_names
+from grpolab.config import LabConfig, field_doc, load_config
+from grpolab.envs import env_for, env_names
 from grpolab.errors import UserError
 from grpolab.lab import jobs, views
 from grpolab.lab.explain import EXPLAINERS
+from grpolab.models import default_token_counter
+from grpolab.report.trajectories import CSS as TRAJECTORY_CSS
+from grpolab.rewards.components import COMPONENTS, standard_names
+from grpolab.trust.simulate import SimSettings
 
-CSS = """
+CSS = (
+    """
 .lab-cards{display:grid;grid-template-columns:repeat(4,1fr);gap:.6em}
 .lab-card{border:1px solid #ddd;border-radius:8px;padding:.6em .8em;background:#fafafa}
 .lab-card-title{font-size:.8em;color:#555}.lab-card-value{font-size:1.6em;font-weight:600}
@@ -28,57 +33,62 @@ CSS = """
 .lab-card.lab-bad .lab-card-value{color:#b00020}
 .lab-msg{padding:.5em .8em;border-left:4px solid #888;background:#f4f4f4;margin:.3em 0}
 .lab-warn{border-color:#c77700}.lab-error{border-color:#b00020;background:#fff0f0}
-.lab-pair{display:grid;grid-template-columns:1fr 1fr;gap:1em}
-.lab-traj pre{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;padding:.5em;font-size:.8em}
-.tag{color:#a0007a;font-weight:600}
 .lab-table td,.lab-table th,table td,table th{border:1px solid #ddd;padding:.2em .5em}
 """
+    + TRAJECTORY_CSS
+)
 
 
-def _config(env: str, model: str, f: float, s: float, c: float, length: float, beta: float, eps: float, G: float,
-            lr: float, steps: float = 20, sft_steps: float = 0) -> LabConfig:  # fmt: skip
-    return load_config(None, {
-        "env": env, "model": model or "smollm2",
-        "reward.weights": {"format": f, "schema": s, "completion": c, "length": length},
-        "grpo.beta": beta, "grpo.epsilon": eps, "rollout.group_size": int(G), "grpo.learning_rate": lr,
-        "train.steps": int(steps), "train.sft_steps": int(sft_steps),
-    })  # fmt: skip
+WEIGHT_NAMES = standard_names()
+"""One weight box per standard reward component, in table order."""
+
+
+def _config(env: str, model: str, *values: Any) -> LabConfig:
+    """The config the form describes: weights (one per standard component), beta, epsilon, G, lr[, steps, sft]."""
+    weights = dict(zip(WEIGHT_NAMES, (float(v) for v in values[: len(WEIGHT_NAMES)])))
+    beta, eps, G, lr, *rest = values[len(WEIGHT_NAMES) :]
+    overrides: dict[str, Any] = {
+        "env": env,
+        "model": model or "smollm2",
+        "reward.weights": weights,
+        "grpo.beta": beta,
+        "grpo.epsilon": eps,
+        "rollout.group_size": int(G),
+        "grpo.learning_rate": lr,
+    }
+    if rest:
+        overrides.update({"train.steps": int(rest[0]), "train.sft_steps": int(rest[1])})
+    return load_config(None, overrides)
 
 
 @lru_cache(maxsize=8)
-def _profiles(env: str) -> Any:
-    from grpolab.engine.loop import env_for
-    from grpolab.models import load_tokenizer
+def _profiles(env: str, length_unit: int) -> Any:
     from grpolab.trust.simulate import measure_profiles
 
-    tok = load_tokenizer()
-    return measure_profiles(
-        env_for(LabConfig(env=env)), lambda text: len(tok(text, add_special_tokens=False).input_ids)
-    )
+    return measure_profiles(env_for(LabConfig(env=env)), default_token_counter(), length_unit)
 
 
 @lru_cache(maxsize=64)
 def _probes(env: str, weights: tuple[tuple[str, float], ...]) -> dict:
-    from grpolab.engine.loop import env_for
-    from grpolab.models import default_token_counter
     from grpolab.trust.preflight import probe_report
 
     cfg = load_config(None, {"env": env, "reward.weights": dict(weights)})
     return probe_report(env_for(cfg), cfg, default_token_counter(), n_tasks=3)
 
 
-def simulate_view(env, model, f, s, c, length, beta, eps, G, lr, sim_lr, sim_steps) -> tuple[str, str, str]:
+def simulate_view(env: str, model: str, *values: Any) -> tuple[str, str, str]:
     """(stat cards, chart, probe panel) for the sliders; the simulator runs in milliseconds."""
-    from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, simulate
+    from grpolab.trust.simulate import DEFAULT_PRIOR, simulate
 
+    *cfg_values, sim_lr, sim_steps = values
     try:
-        cfg = _config(env, model, f, s, c, length, beta, eps, G, lr)
-        result = simulate(_profiles(env), DEFAULT_PRIOR,
-                          SimSettings.from_config(cfg, steps=int(sim_steps), runs=16, lr=float(sim_lr)))  # fmt: skip
+        cfg = _config(env, model, *cfg_values)
+        settings = SimSettings(cfg, steps=int(sim_steps), runs=16, lr=float(sim_lr))
+        result = simulate(_profiles(env, cfg.reward.length_unit), DEFAULT_PRIOR, settings)
     except (UserError, ValueError, KeyError, IndexError) as exc:
         msg = views.message(f"cannot simulate this setting: {exc}", "error")
         return msg, msg, msg
-    chart = views.chart(views.sim_rows(result), "simulated: reward, kl, tool_token_mass per iteration")
+    chart = views.chart(result["iterations"], "simulated: reward, kl, tool_token_mass per iteration")
     try:
         probes = views.preflight_panel(_probes(env, tuple(sorted(cfg.reward.weights.items()))))
     except (UserError, ValueError, KeyError, IndexError) as exc:
@@ -86,11 +96,11 @@ def simulate_view(env, model, f, s, c, length, beta, eps, G, lr, sim_lr, sim_ste
     return views.sim_cards(result, cfg.grpo.kl_bound), chart, probes
 
 
-def export_view(env, model, f, s, c, length, beta, eps, G, lr, steps, sft_steps) -> tuple[str, str | None]:
+def export_view(env: str, model: str, *values: Any) -> tuple[str, str | None]:
     from grpolab.trl.export import export_trl
 
     try:
-        cfg = _config(env, model, f, s, c, length, beta, eps, G, lr, steps, sft_steps)
+        cfg = _config(env, model, *values)
     except UserError as exc:
         return f"# {exc}", None
     out = Path(tempfile.mkdtemp(prefix="grpolab-export-")) / "train_grpo.py"
@@ -118,9 +128,14 @@ def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str
     ids = views.task_ids(v)
     labels = v.eval_labels()
     state = "running" if jobs.running(path.parent, path.name) else "not running"
-    return (views.run_summary(v), views.run_cards(v), views.chart(v.metrics, f"{path.name}: reward, kl, tool_token_mass"),
-            gr.update(choices=ids, value=ids[0] if ids else None),
-            gr.update(maximum=max(len(labels) - 1, 1), value=max(len(labels) - 1, 0)), state)  # fmt: skip
+    return (
+        views.run_summary(v),
+        views.run_cards(v),
+        views.chart(v.metrics, f"{path.name}: reward, kl, tool_token_mass"),
+        gr.update(choices=ids, value=ids[0] if ids else None),
+        gr.update(maximum=max(len(labels) - 1, 1), value=max(len(labels) - 1, 0)),
+        state,
+    )
 
 
 def episode_view(root: Path, name: str | None, task_id: str | None, index: float) -> str:
@@ -139,34 +154,56 @@ def episode_view(root: Path, name: str | None, task_id: str | None, index: float
 
 def build(root: Path) -> gr.Blocks:
     d = LabConfig()
-    w = d.reward.weights
     with gr.Blocks(title="grpolab: Open-Weight Agent RL Lab") as page:
-        gr.Markdown("# Open-Weight Agent RL Lab: Policy & Reward Simulator\nReward config and GRPO settings on the "
-                    "left; the simulator answers as you move them. Below: a real run, live.")  # fmt: skip
+        gr.Markdown(
+            "# Open-Weight Agent RL Lab: Policy & Reward Simulator\nReward config and GRPO settings on the "
+            "left; the simulator answers as you move them. Below: a real run, live."
+        )
         with gr.Row():
             with gr.Column(scale=1, min_width=280):
                 gr.Markdown("### Rollout & reward config")
-                env = gr.Dropdown(env_names(), value=d.env, label="environment", elem_id="cfg-env")
-                model = gr.Dropdown(["smollm2", "tiny"], value=d.model, allow_custom_value=True, label="base model")
-                wf = gr.Number(w["format"], label="weight F (format)", elem_id="w-format")
-                ws = gr.Number(w["schema"], label="weight S (schema)", elem_id="w-schema")
-                wc = gr.Number(w["completion"], label="weight C (completion)", elem_id="w-completion")
-                wl = gr.Number(w["length"], label="weight L (length / 100 tokens)", elem_id="w-length")
-                beta = gr.Slider(0, 1, value=d.grpo.beta, step=0.01, label="beta (KL)")
-                eps = gr.Slider(0.05, 0.5, value=d.grpo.epsilon, step=0.01, label="epsilon (clip)")
-                G = gr.Slider(2, 32, value=d.rollout.group_size, step=1, label="G (group size)")
-                lr = gr.Number(d.grpo.learning_rate, label="learning rate (real runs)")
-                sim_lr = gr.Slider(0.05, 2, value=0.5, step=0.05, label="simulator step size")
+                env = gr.Dropdown(env_names(), value=d.env, label="environment", info=field_doc("env"))
+                model = gr.Dropdown(
+                    ["smollm2", "tiny"],
+                    value=d.model,
+                    allow_custom_value=True,
+                    label="base model",
+                    info=field_doc("model"),
+                )
+                weights = [
+                    gr.Number(
+                        d.reward.weights[n],
+                        label=f"weight {COMPONENTS[n].letter} ({n})",
+                        info=COMPONENTS[n].description,
+                        elem_id=f"w-{n}",
+                    )
+                    for n in WEIGHT_NAMES
+                ]
+                beta = gr.Slider(0, 1, value=d.grpo.beta, step=0.01, label="beta (KL)", info=field_doc("grpo.beta"))
+                eps = gr.Slider(
+                    0.05, 0.5, value=d.grpo.epsilon, step=0.01, label="epsilon (clip)", info=field_doc("grpo.epsilon")
+                )
+                G = gr.Slider(
+                    2, 32, value=d.rollout.group_size, step=1, label="G", info=field_doc("rollout.group_size")
+                )
+                lr = gr.Number(
+                    d.grpo.learning_rate, label="learning rate (real runs)", info=field_doc("grpo.learning_rate")
+                )
+                sim_lr = gr.Slider(0.05, 2, value=0.5, step=0.05, label="simulator step size", info=SimSettings.LR_DOC)
                 sim_steps = gr.Slider(10, 300, value=100, step=10, label="simulated iterations")
             with gr.Column(scale=3):
                 cards = gr.HTML(elem_id="sim-cards")
                 chart = gr.HTML(elem_id="sim-chart")
-        cfg_inputs = [env, model, wf, ws, wc, wl, beta, eps, G, lr]
+        cfg_inputs = [env, model, *weights, beta, eps, G, lr]
 
         gr.Markdown("## Real run")
         with gr.Row():
-            run_name = gr.Dropdown(views.list_runs(root), label="run (or a run directory path)",
-                                   allow_custom_value=True, elem_id="run-pick")  # fmt: skip
+            run_name = gr.Dropdown(
+                views.list_runs(root),
+                label="run (or a run directory path)",
+                allow_custom_value=True,
+                elem_id="run-pick",
+            )
             refresh = gr.Button("refresh runs", size="sm")
             status = gr.Textbox(label="status", interactive=False)
         run_summary = gr.HTML(elem_id="run-summary")
@@ -175,8 +212,10 @@ def build(root: Path) -> gr.Blocks:
         with gr.Accordion("Start or stop a real training run", open=False):
             with gr.Row():
                 new_name = gr.Textbox(label="new run name", value="lab-run")
-                steps = gr.Number(d.train.steps, label="GRPO steps", precision=0)
-                sft_steps = gr.Number(d.train.sft_steps, label="SFT warm-start steps", precision=0)
+                steps = gr.Number(d.train.steps, label="GRPO steps", precision=0, info=field_doc("train.steps"))
+                sft_steps = gr.Number(
+                    d.train.sft_steps, label="SFT warm-start steps", precision=0, info=field_doc("train.sft_steps")
+                )
                 start_btn = gr.Button("start training", variant="primary")
                 stop_btn = gr.Button("stop (keeps the last checkpoint)", variant="stop")
             job_msg = gr.Markdown()
@@ -212,8 +251,13 @@ def build(root: Path) -> gr.Blocks:
             trigger_mode="always_last",
         )
         export_inputs = [*cfg_inputs, steps, sft_steps]
-        gr.on([c.change for c in export_inputs], export_view, export_inputs, [script, download],
-              trigger_mode="always_last")  # fmt: skip
+        gr.on(
+            [c.change for c in export_inputs],
+            export_view,
+            export_inputs,
+            [script, download],
+            trigger_mode="always_last",
+        )
 
         def show_run(name):
             return run_view(root, name)
@@ -240,7 +284,8 @@ def build(root: Path) -> gr.Blocks:
             except UserError as exc:
                 return f"**cannot start:** {exc}", gr.update()
             return f"started `{out}` in the background (it survives a page reload)", gr.update(
-                choices=views.list_runs(root) + [name], value=name)  # fmt: skip
+                choices=views.list_runs(root) + [name], value=name
+            )
 
         start_btn.click(start_run, [new_name, *cfg_inputs, steps, sft_steps], [job_msg, run_name])
         stop_btn.click(lambda n: jobs.stop(root, Path(n).name) if n else "pick a run first", [run_name], [job_msg])
@@ -257,6 +302,15 @@ def launch(root: Path, host: str = "127.0.0.1", port: int = 7860, block: bool = 
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     page = build(root)
     page.queue()
-    page.launch(server_name=host, server_port=port, prevent_thread_lock=not block, css=CSS, theme=theme,
-                ssr_mode=False, quiet=True, footer_links=[], allowed_paths=[tempfile.gettempdir()])  # fmt: skip
+    page.launch(
+        server_name=host,
+        server_port=port,
+        prevent_thread_lock=not block,
+        css=CSS,
+        theme=theme,
+        ssr_mode=False,
+        quiet=True,
+        footer_links=[],
+        allowed_paths=[tempfile.gettempdir()],
+    )
     return page

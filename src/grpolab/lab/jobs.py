@@ -16,7 +16,8 @@ from pathlib import Path
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-from grpolab.rundir import RunDir, atomic_write_text
+from grpolab.files import atomic_write_text
+from grpolab.rundir import RunDir
 
 STATE_FILE = "lab.json"
 
@@ -58,9 +59,13 @@ def start(cfg: LabConfig, root: Path, name: str) -> Path:
     cfg_path = root / f".{name}.toml"
     atomic_write_text(cfg_path, config_toml(cfg))
     log = open(root / f".{name}.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "train", "--config", str(cfg_path), "--out",
-                             str(out), "--quiet"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpolab.cli", "train", "--config", str(cfg_path), "--out", str(out), "--quiet"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     state = {"pid": proc.pid, "log": str(root / f".{name}.log")}
     atomic_write_text(root / f".{name}.{STATE_FILE}", json.dumps(state))
     return out
@@ -94,11 +99,3 @@ def stop(root: Path, name: str) -> str:
         return f"{name} is not running"
     RunDir(root / name).request_stop()
     return f"stop requested: {name} checkpoints after its current step and exits"
-
-
-def log_tail(root: Path, name: str, chars: int = 2000) -> str:
-    path = _state(root, name).get("log")
-    try:
-        return Path(path).read_text(errors="replace")[-chars:] if path else ""
-    except OSError:
-        return ""

@@ -106,11 +106,11 @@ class RewardComponent:
 
 # fmt: off
 _TABLE = (
-    RewardComponent("format",     "F",  1.0,  format_reward,     "the transcript follows the protocol's structure"),
-    RewardComponent("schema",     "S",  1.5,  schema_reward,     "tool calls name real tools with schema-valid args"),
-    RewardComponent("completion", "C",  3.0,  completion_reward, "the verifier accepts the grounded final answer"),
-    RewardComponent("length",     "L", -0.05, length_reward,     "generated tokens per length_unit (tool output excluded)"),
-    RewardComponent("code_block", "B",  0.0,  code_block_reward, "GAMEABLE: pays for any python block", standard=False),
+    RewardComponent("format",     "F",  1.0,  format_reward,     "the transcript follows the protocol"),
+    RewardComponent("schema",     "S",  1.5,  schema_reward,     "calls name real tools with schema-valid args"),
+    RewardComponent("completion", "C",  3.0,  completion_reward, "the verifier accepts the grounded answer"),
+    RewardComponent("length",     "L", -0.05, length_reward,     "per length_unit generated tokens"),
+    RewardComponent("code_block", "B",  0.0,  code_block_reward, "GAMEABLE: any python block", standard=False),
 )
 # fmt: on
 

@@ -106,3 +106,9 @@ def score_transcript(
         components[name], reasons[name] = float(value), reason
     valid_calls = sum(p is None for p in r.call_problems)
     return Score(components=components, reasons=reasons, weights=weights, errors=errors, valid_calls=valid_calls)
+
+
+def score_episodes(env: Environment, episodes: list[Any], weights: dict[str, float], length_unit: int) -> None:
+    """Score generated episodes in place (`episode.score`), counting their policy tokens as generated."""
+    for e in episodes:
+        e.score = score_transcript(env, e.task, e.text, weights, length_unit, gen_tokens=e.n_policy_tokens)

@@ -1,140 +1,71 @@
-"""`grpolab train --backend trl`: the same run in-process on TRL's GRPOTrainer, into the same run directory.
+"""`grpolab train --backend trl`: TRL's GRPOTrainer as a step source of the lab's run loop.
 
-The SFT warm start, the held-out evaluations, the alarms and the run-dir layout are the lab's (shared with the native
-backend); only the GRPO steps run on TRL. TRL's log rows are renamed to the lab's metric names where TRL has them.
+The SFT warm start, the held-out evaluations, the alarms, checkpoints and the run directory are the run loop's
+(`grpolab.engine.loop`), shared with the native backend; only the GRPO steps run on TRL. A TRL callback turns each
+lab step's log row (one per `grpo.mu` optimizer steps) into a lab metrics row and hands it to the loop.
 """
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from grpolab.config import LabConfig
-from grpolab.engine.evaluate import evaluate
-from grpolab.engine.progress import Progress
-from grpolab.errors import UserError
+from grpolab.engine.policy import apply_warm_start
+from grpolab.engine.trainer import StepResult
+from grpolab.envs.base import Environment
 from grpolab.models import load_model
-from grpolab.rundir import RunDir, read_jsonl
-from grpolab.trl.backend import (
-    LabRollout,
-    grpo_settings,
-    lab_metrics,
-    lora_settings,
-    prompt_rows,
-    reward_functions,
-    unsupported,
-)
+from grpolab.rewards.score import score_episodes
+from grpolab.rundir import RunDir
+from grpolab.trl.backend import build_trl_trainer, lab_metrics, require_trl
+from grpolab.trl.settings import unsupported
 
 
-def _require_trl() -> Any:
-    try:
-        import trl
-    except ImportError:
-        raise UserError("the trl backend needs TRL", "pip install 'grpolab[trl]' (or: pip install trl==1.16.0)")
-    return trl
+class TrlSource:
+    """GRPO steps made by TRL on the run's (warm-started) model; `model` is the policy being trained."""
 
+    def __init__(self, cfg: LabConfig, run: RunDir, env: Environment):
+        require_trl()
+        self.cfg, self.env = cfg, env
+        self.notes = [f"trl backend: {line}" for line in unsupported(cfg, exported=False)]
+        model, self.tokenizer = load_model(cfg.model, seed=cfg.seed)
+        warm = run.warm_start()
+        if warm is not None:
+            model = apply_warm_start(model, cfg, warm)
+        self.trainer = build_trl_trainer(cfg, env, model, self.tokenizer, run.path / "trl")
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-def build_trl_trainer(cfg: LabConfig, env: Any, model: Any, tokenizer: Any, output_dir: Path,
-                      callbacks: list[Any] | None = None) -> Any:  # fmt: skip
-    """TRL's GRPOTrainer on the lab's rollout, rewards and settings (used by the backend and the tests)."""
-    _require_trl()
-    import os
+        for cb in (PrinterCallback, ProgressCallback):  # the lab's own progress bar reports each step
+            self.trainer.remove_callback(cb)
 
-    from datasets import Dataset
-    from peft import LoraConfig as PeftLoraConfig
-    from trl import GRPOConfig, GRPOTrainer
+    @property
+    def model(self) -> Any:
+        return self.trainer.accelerator.unwrap_model(self.trainer.model)
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    lora = lora_settings(cfg)
-    funcs, weights = reward_functions(env, cfg)
-    with warnings.catch_warnings():  # transformers' deprecation notes about its own argument names
-        warnings.simplefilter("ignore")
-        args = GRPOConfig(**{s.name: s.value for s in grpo_settings(cfg, str(output_dir))}, reward_weights=weights)
-        return GRPOTrainer(
-            model=model,
-            reward_funcs=funcs,
-            args=args,
-            train_dataset=Dataset.from_list(prompt_rows(env)),
-            processing_class=tokenizer,
-            peft_config=PeftLoraConfig(**{s.name: s.value for s in lora}) if lora else None,
-            rollout_func=LabRollout(env, cfg, tokenizer),
-            callbacks=callbacks,
-        )
+    @property
+    def optimizer(self) -> Any:
+        return self.trainer.optimizer  # None until TRL's train() creates it
 
+    def state(self) -> dict[str, Any]:
+        return {"backend": "trl"}
 
-def train_trl(cfg: LabConfig, out: Path, quiet: bool = False) -> RunDir:
-    """SFT (native, shared) + GRPO on TRL into `out`; evaluations and alarms as in the native backend."""
-    _require_trl()
-    from transformers import TrainerCallback
+    def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
+        from transformers import TrainerCallback
 
-    from grpolab.engine.loop import (
-        _apply_warm_start,
-        _fmt,
-        build_policy,
-        env_for,
-        record_eval,
-        save_warm_start,
-        start_run,
-    )
-    from grpolab.engine.sft import sft_warm_start
+        cfg, source = self.cfg, self
+        rollout = self.trainer.rollout_func
 
-    run = start_run(cfg, out)
-    env = env_for(cfg)
-    progress = Progress(cfg, quiet)
-    for line in unsupported(cfg, exported=False):
-        progress.note(f"trl backend: {line}")
-    model, tokenizer = load_model(cfg.model, seed=cfg.seed)
-    if cfg.train.sft_steps > 0:
-        progress.note(f"SFT warm start: {cfg.train.sft_steps} steps on reference transcripts")
-        policy, _, _ = build_policy(cfg)
-        losses = sft_warm_start(policy, tokenizer, env, cfg.train.sft_steps, cfg.train.sft_batch_size,
-                                cfg.train.sft_learning_rate, cfg.seed)  # fmt: skip
-        run.write_json("sft.json", {"loss": losses})
-        model = _apply_warm_start(model, cfg, save_warm_start(policy, run))
-    summary, eps = evaluate(model, tokenizer, env, cfg)
-    record_eval(run, "0", summary, eps)
-    progress.note(f"{'after SFT' if cfg.train.sft_steps else 'base model'} held-out: {_fmt(summary)}")
+        class LabStep(TrainerCallback):
+            def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+                if not logs or "reward" not in logs or int(state.global_step) % cfg.grpo.mu:
+                    return  # one lab step = grpo.mu optimizer steps on one batch of rollouts
+                m = {"step": int(state.global_step) // cfg.grpo.mu, "backend": "trl", "skipped": 0.0}
+                m.update(lab_metrics(logs, cfg.reward.weights))
+                m["kl_bound"] = cfg.grpo.kl_bound
+                episodes = rollout.last_episodes[: cfg.train.episodes_per_step_logged]
+                score_episodes(source.env, episodes, cfg.reward.weights, cfg.reward.length_unit)
+                if on_step(StepResult(m, episodes)):
+                    control.should_training_stop = True
 
-    mu = cfg.grpo.mu
-
-    class LabLog(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            if not logs or "reward" not in logs:
-                return
-            m = {
-                "step": max(1, -(-int(state.global_step) // mu)),
-                "backend": "trl",
-                **lab_metrics(logs, cfg.reward.weights),
-            }
-            m["kl_bound"] = cfg.grpo.kl_bound
-            m["skipped"] = 0.0
-            m.update(progress.alarms(m, run))
-            run.append_jsonl(run.metrics_path, [m])
-            progress.update(m)
-
-    trainer = build_trl_trainer(cfg, env, model, tokenizer, run.path / "trl", [LabLog()])
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    for cb in (PrinterCallback, ProgressCallback):  # the lab's own progress bar reports each step
-        trainer.remove_callback(cb)
-    progress.start(cfg.train.steps, 0)
-    trainer.train()
-    progress.stop()
-    policy = trainer.accelerator.unwrap_model(trainer.model)
-    summary, eps = evaluate(policy, tokenizer, env, cfg)
-    record_eval(run, str(cfg.train.steps), summary, eps)
-    rows = read_jsonl(run.metrics_path)
-    if rows:  # the last step's row gets the final held-out evaluation, as natively
-        last = {**rows[-1], **summary}
-        run.rewind(int(last["step"]) - 1)
-        run.append_jsonl(run.metrics_path, [last])
-    run.save_checkpoint(cfg.train.steps, policy, trainer.optimizer, {"backend": "trl"})
-    progress.note(f"after GRPO (trl) held-out: {_fmt(summary)}")
-    from grpolab.report.html import render_report
-
-    progress.note(f"report: {render_report(run.path)}")
-    return run
+        self.trainer.add_callback(LabStep())
+        self.trainer.train()

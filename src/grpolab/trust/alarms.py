@@ -70,8 +70,9 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
         early, recent = rewards[: w.hack_window], rewards[-w.hack_window :]
         if len(scored) >= 2 * w.hack_window:  # episode-level: every episode of the windows is a sample
             per_step = cfg.train.prompts_per_step * cfg.rollout.group_size
-            t = welch_t_stats(window_stats(scored[: w.hack_window], per_step),
-                              window_stats(scored[-w.hack_window :], per_step))  # fmt: skip
+            t = welch_t_stats(
+                window_stats(scored[: w.hack_window], per_step), window_stats(scored[-w.hack_window :], per_step)
+            )
         else:  # only step means recorded
             t = welch_t(early, recent)
         steps = sorted(heldout)
@@ -94,3 +95,25 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
             f"completion length {length[-1]:.0f} vs {length[0]:.0f} at the start (budget {budget})"
         )
     return alarms
+
+
+class AlarmWatch:
+    """The alarms of a run as it trains: metric rows are kept in memory (loaded once on resume), not re-read."""
+
+    def __init__(self, cfg: LabConfig, history: list[dict[str, Any]] | None = None, heldout_start: float | None = None):
+        self.cfg = cfg
+        self.history: list[dict[str, Any]] = list(history or [])
+        self.heldout: dict[int, float] = {} if heldout_start is None else {0: heldout_start}
+        for row in self.history:
+            self._note_heldout(row)
+
+    def _note_heldout(self, row: dict[str, Any]) -> None:
+        if _finite(row.get("heldout/success")) and isinstance(row.get("step"), int):
+            self.heldout[row["step"]] = float(row["heldout/success"])
+
+    def check(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Alarm fields for this step's row (`alarms`: name -> why, `kl_over_bound`); the row joins the history."""
+        self.history.append(row)
+        self._note_heldout(row)
+        alarms = check_alarms(self.history, self.heldout, self.cfg)
+        return {"alarms": alarms, "kl_over_bound": "kl_bound" in alarms}

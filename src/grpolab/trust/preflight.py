@@ -15,18 +15,25 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
-from grpolab.engine.evaluate import episode_row, has_valid_call, reward_means, score_episodes
-from grpolab.engine.rollout import Episode, mean, run_episodes, sampling_settings
+from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.envs.base import Environment
-from grpolab.rewards.score import score_transcript
+from grpolab.metrics import episode_row, mean, reward_means, tool_call_prob
+from grpolab.models import token_counter
+from grpolab.rewards.score import score_episodes, score_transcript
 from grpolab.trust.probes import gameable_lines, run_probes, worst_by_probe
 
 
 def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: int = 5) -> list[dict[str, Any]]:
     rows = []
     for task in env.tasks("train")[:limit]:
-        s = score_transcript(env, task, env.reference_transcript(task), cfg.reward.weights, cfg.reward.length_unit,
-                             count_tokens=count_tokens)  # fmt: skip
+        s = score_transcript(
+            env,
+            task,
+            env.reference_transcript(task),
+            cfg.reward.weights,
+            cfg.reward.length_unit,
+            count_tokens=count_tokens,
+        )
         rows.append({"task_id": task.id, **s.to_json()})
     return rows
 
@@ -34,9 +41,19 @@ def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: in
 def probe_report(env: Environment, cfg: LabConfig, count_tokens, n_tasks: int = 6) -> dict[str, Any]:
     tasks = _spread(env.tasks("train"), n_tasks)
     results = run_probes(env, tasks, cfg.reward.weights, cfg.reward.length_unit, count_tokens)
-    table = [{"probe": r.probe, "task_id": r.task_id, "score": r.score.total, "honest": r.honest.total,
-              "margin": r.margin, "gameable": r.gameable, "breakdown": r.score.breakdown,
-              "reasons": r.score.reasons} for r in worst_by_probe(results)]  # fmt: skip
+    table = [
+        {
+            "probe": r.probe,
+            "task_id": r.task_id,
+            "score": r.score.total,
+            "honest": r.honest.total,
+            "margin": r.margin,
+            "gameable": r.gameable,
+            "breakdown": r.score.breakdown,
+            "reasons": r.score.reasons,
+        }
+        for r in worst_by_probe(results)
+    ]
     return {"probes": table, "gameable": gameable_lines(results), "tasks": [t.id for t in tasks]}
 
 
@@ -55,26 +72,34 @@ def _spread(tasks: list, n: int) -> list:
     return out
 
 
-def learnability(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int,
-                 group_size: int) -> tuple[dict[str, Any], list[Episode]]:  # fmt: skip
+def learnability(
+    model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int, group_size: int
+) -> tuple[dict[str, Any], list[Episode]]:
     tasks = _spread(env.tasks("train"), prompts)
     settings = sampling_settings(cfg)
     episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, torch.Generator().manual_seed(cfg.seed))
-    score_episodes(env, episodes, cfg)
+    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit)
     per_prompt = []
     for g, task in enumerate(tasks):
         group = episodes[g * group_size : (g + 1) * group_size]
         totals = [e.score.total for e in group]
         passes = sum(e.score.solved for e in group)
-        per_prompt.append({"task_id": task.id, "kind": task.kind, "mean_reward": mean(totals), "passes": passes,
-                           "mean_completion": mean([e.score.components.get("completion", 0.0) for e in group]),
-                           "zero_std": len(set(totals)) == 1})  # fmt: skip
+        per_prompt.append(
+            {
+                "task_id": task.id,
+                "kind": task.kind,
+                "mean_reward": mean(totals),
+                "passes": passes,
+                "mean_completion": mean([e.score.components.get("completion", 0.0) for e in group]),
+                "zero_std": len(set(totals)) == 1,
+            }
+        )
     scores = [e.score for e in episodes]
     summary = {
         "prompts": len(tasks),
         "group_size": group_size,
         **reward_means(scores),
-        "tool_call_prob": mean([1.0 if has_valid_call(e) else 0.0 for e in episodes]),
+        "tool_call_prob": tool_call_prob(scores),
         "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in per_prompt]),
         "pass_at_g": dict(sorted(Counter(p["passes"] for p in per_prompt).items())),
         "all_pass": [p["task_id"] for p in per_prompt if p["passes"] == group_size],
@@ -94,9 +119,12 @@ def by_kind(per_prompt: list[dict[str, Any]], group_size: int) -> dict[str, dict
     out: dict[str, dict[str, float]] = {}
     for kind in sorted({p["kind"] for p in per_prompt}):
         rows = [p for p in per_prompt if p["kind"] == kind]
-        out[kind] = {"prompts": len(rows), "mean_completion": mean([p["mean_completion"] for p in rows]),
-                     "solve_rate": sum(p["passes"] for p in rows) / (len(rows) * group_size),
-                     "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in rows])}  # fmt: skip
+        out[kind] = {
+            "prompts": len(rows),
+            "mean_completion": mean([p["mean_completion"] for p in rows]),
+            "solve_rate": sum(p["passes"] for p in rows) / (len(rows) * group_size),
+            "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in rows]),
+        }
     return out
 
 
@@ -121,25 +149,30 @@ def recommend(s: dict[str, Any]) -> str:
     zero = s["frac_zero_std"]
     fails, passes = len(s["all_fail"]), len(s["all_pass"])
     if s["tool_call_prob"] == 0 and fails == n:
-        return ("no signal: the base model makes no valid tool call and never succeeds, so every group has equal "
-                "completion reward. Start with an SFT warm start (train.sft_steps > 0) on reference transcripts.")  # fmt: skip
+        return (
+            "no signal: the base model makes no valid tool call and never succeeds, so every group has equal "
+            "completion reward. Start with an SFT warm start (train.sft_steps > 0) on reference transcripts."
+        )
     if fails == n:
-        return (f"too hard: no prompt was solved in {G} tries. Use an SFT warm start or easier task kinds; a larger G "
-                f"(e.g. {min(4 * G, 32)}) finds rare successes at proportional cost.")  # fmt: skip
+        return (
+            f"too hard: no prompt was solved in {G} tries. Use an SFT warm start or easier task kinds; a larger G "
+            f"(e.g. {min(4 * G, 32)}) finds rare successes at proportional cost."
+        )
     if passes == n:
         return "too easy: every prompt is solved every time, so advantages are zero. Use harder prompts."
     if zero > 0.5:
         need = max(G, math.ceil(G / max(1e-9, 1 - zero)))
-        return (f"weak signal: {zero:.0%} of groups have no reward variance. Drop all-pass/all-fail prompts "
-                f"(grpo.dynamic_filter = \"resample\") or raise G to about {need}.")  # fmt: skip
+        return (
+            f"weak signal: {zero:.0%} of groups have no reward variance. Drop all-pass/all-fail prompts "
+            f'(grpo.dynamic_filter = "resample") or raise G to about {need}.'
+        )
     return f"learnable: {1 - zero:.0%} of groups carry signal at G={G}; keep the settings."
 
 
-def check(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int = 4,
-          group_size: int | None = None) -> dict[str, Any]:  # fmt: skip
-    def count_tokens(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False).input_ids)
-
+def check(
+    model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int = 4, group_size: int | None = None
+) -> dict[str, Any]:
+    count_tokens = token_counter(tokenizer)
     learn, episodes = learnability(model, tokenizer, env, cfg, prompts, group_size or cfg.rollout.group_size)
     probes = probe_report(env, cfg, count_tokens)
     return {
@@ -149,7 +182,7 @@ def check(model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts:
         "dry_run": {
             "references": dry_run_references(env, cfg, count_tokens),
             "base_episodes": [episode_row(e) for e in episodes[:: max(1, len(episodes) // 6)]],
-        },  # fmt: skip
+        },
         **probes,
         "learnability": learn,
     }

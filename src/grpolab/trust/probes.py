@@ -49,8 +49,10 @@ def fabricated_response(env: Environment, task: Task) -> str:
     fake: dict = {"result": _shifted(task, 0.0)}
     if fake == real:  # JSON equality, as the replay compares responses
         fake = {**real, "verified": True}  # the claim equals the real value: still not what the tool said
-    out = [render_tool_response(fake) if i == len(parts) - 2 and not by_policy else text
-           for i, (text, by_policy) in enumerate(parts)]  # fmt: skip
+    out = [
+        render_tool_response(fake) if i == len(parts) - 2 and not by_policy else text
+        for i, (text, by_policy) in enumerate(parts)
+    ]
     return "".join(out)
 
 
@@ -164,12 +166,16 @@ class ProbeResult:
     def winning_components(self) -> list[str]:
         """Components where the probe earns at least as much (weighted) as honest work."""
         w = self.score.weights
-        return [k for k, v in self.score.components.items() if w.get(k, 0) != 0
-                and w.get(k, 0) * v >= w.get(k, 0) * self.honest.components.get(k, 0) - 1e-9]  # fmt: skip
+        return [
+            k
+            for k, v in self.score.components.items()
+            if w.get(k, 0) != 0 and w.get(k, 0) * v >= w.get(k, 0) * self.honest.components.get(k, 0) - 1e-9
+        ]
 
 
-def run_probes(env: Environment, tasks: list[Task], weights: dict[str, float], length_unit: int,
-               count_tokens: Callable[[str], int]) -> list[ProbeResult]:  # fmt: skip
+def run_probes(
+    env: Environment, tasks: list[Task], weights: dict[str, float], length_unit: int, count_tokens: Callable[[str], int]
+) -> list[ProbeResult]:
     results = []
     for task in tasks:
         honest = score_transcript(
@@ -194,5 +200,9 @@ def worst_by_probe(results: list[ProbeResult]) -> list[ProbeResult]:
 
 
 def gameable_lines(results: list[ProbeResult]) -> list[str]:
-    return [f"gameable: {r.probe} beats honest work by {max(-r.margin, 0.0) + 0.0:.2f} on {r.task_id} "
-            f"(components {', '.join(r.winning_components()) or 'none'})" for r in worst_by_probe(results) if r.gameable]  # fmt: skip
+    return [
+        f"gameable: {r.probe} beats honest work by {max(-r.margin, 0.0) + 0.0:.2f} on {r.task_id} "
+        f"(components {', '.join(r.winning_components()) or 'none'})"
+        for r in worst_by_probe(results)
+        if r.gameable
+    ]

@@ -16,33 +16,48 @@ learning rate, which is why sim-to-real reports its gap instead of claiming a ma
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from grpolab.config import LabConfig
+from grpolab.metrics import reward_key
+from grpolab.rewards.components import standard_names
 
-CLASSES = ["free_text_guess", "malformed_call", "wrong_result_call", "grounded_correct", "dummy_tags",
-           "call_no_answer", "verbose_correct"]  # fmt: skip
+CLASSES = [
+    "free_text_guess",
+    "malformed_call",
+    "wrong_result_call",
+    "grounded_correct",
+    "dummy_tags",
+    "call_no_answer",
+    "verbose_correct",
+]
 CALL_CLASSES = {"wrong_result_call", "grounded_correct", "call_no_answer", "verbose_correct"}
 HACK_CLASSES = {"dummy_tags", "call_no_answer"}
 """Classes that can score without solving the task."""
-DEFAULT_PRIOR = {"free_text_guess": 0.80, "malformed_call": 0.05, "wrong_result_call": 0.04, "grounded_correct": 0.01,
-                 "dummy_tags": 0.05, "call_no_answer": 0.03, "verbose_correct": 0.02}  # fmt: skip
+DEFAULT_PRIOR = {
+    "free_text_guess": 0.80,
+    "malformed_call": 0.05,
+    "wrong_result_call": 0.04,
+    "grounded_correct": 0.01,
+    "dummy_tags": 0.05,
+    "call_no_answer": 0.03,
+    "verbose_correct": 0.02,
+}
 """Used when no real episodes are given: the shape measured on SmolLM2-135M (mostly free text, rare calls)."""
 
 
 @dataclass
 class ClassProfile:
-    """Unweighted component values of one class, measured on real scored transcripts."""
+    """Unweighted component values of one class (standard components), measured on real scored transcripts."""
 
-    format: float
-    schema: float
-    completion: float
+    components: dict[str, float]
     tokens: float
+    """Generated tokens of the class's transcripts (how `classify` tells verbose answers from concise ones)."""
 
 
-def measure_profiles(env: Any, count_tokens: Any, n_tasks: int = 4) -> dict[str, ClassProfile]:
+def measure_profiles(env: Any, count_tokens: Any, length_unit: int = 100, n_tasks: int = 4) -> dict[str, ClassProfile]:
     """Score real transcripts of each class (built from the env's tasks and tools) with the lab's reward."""
     from grpolab.rewards.score import score_transcript
     from grpolab.trust.probes import call_without_answer, dummy_tags, empty_call, padding
@@ -54,16 +69,23 @@ def measure_profiles(env: Any, count_tokens: Any, n_tasks: int = 4) -> dict[str,
     def free_text(env: Any, task: Any) -> str:
         return "I think it went up, roughly 15% or so, based on typical market behaviour for this kind of company."
 
-    builders = {"free_text_guess": free_text, "malformed_call": empty_call, "wrong_result_call": wrong_result,
-                "grounded_correct": lambda e, t: e.reference_transcript(t), "dummy_tags": dummy_tags,
-                "call_no_answer": call_without_answer, "verbose_correct": padding}  # fmt: skip
+    builders = {
+        "free_text_guess": free_text,
+        "malformed_call": empty_call,
+        "wrong_result_call": wrong_result,
+        "grounded_correct": lambda e, t: e.reference_transcript(t),
+        "dummy_tags": dummy_tags,
+        "call_no_answer": call_without_answer,
+        "verbose_correct": padding,
+    }
     tasks = env.tasks("train")[:n_tasks]
-    unit = {"format": 1.0, "schema": 1.0, "completion": 1.0, "length": 1.0}
+    names = standard_names()
+    unit = dict.fromkeys(names, 1.0)
     profiles = {}
     for name, build in builders.items():
-        scores = [score_transcript(env, t, build(env, t), unit, 1, count_tokens=count_tokens) for t in tasks]
-        profiles[name] = ClassProfile(*(float(np.mean([s.components[k] for s in scores]))
-                                        for k in ("format", "schema", "completion", "length")))  # fmt: skip
+        scores = [score_transcript(env, t, build(env, t), unit, length_unit, count_tokens=count_tokens) for t in tasks]
+        values = {k: float(np.mean([s.components[k] for s in scores])) for k in names}
+        profiles[name] = ClassProfile(values, values.get("length", 0.0) * length_unit)
     return profiles
 
 
@@ -95,40 +117,26 @@ def prior_from_rows(rows: list[dict[str, Any]], smoothing: float = 0.5) -> dict[
 
 @dataclass
 class SimSettings:
-    weights: dict[str, float]
-    length_unit: int = 100
-    group_size: int = 8
-    prompts_per_step: int = 2
-    beta: float = 0.05
-    epsilon: float = 0.2
-    mu: int = 1
-    lr: float = 0.5
+    """The lab config the simulated runs follow (weights, G, prompts per step, beta, epsilon, mu, seed), plus the
+    simulator's own knobs."""
+
+    cfg: LabConfig
     steps: int = 100
+    """Simulated GRPO iterations."""
     runs: int = 16
-    seed: int = 0
-    scale_rewards: bool = True
+    """Seeded runs averaged (band = 10-90%)."""
+    lr: float = 0.5  # documented in LR_DOC (the web lab shows it beside the slider)
 
-    @classmethod
-    def from_config(cls, cfg: LabConfig, **overrides: Any) -> SimSettings:
-        base = dict(weights=cfg.reward.weights, length_unit=cfg.reward.length_unit, group_size=cfg.rollout.group_size,
-                    prompts_per_step=cfg.train.prompts_per_step, beta=cfg.grpo.beta, epsilon=cfg.grpo.epsilon,
-                    mu=cfg.grpo.mu, steps=cfg.train.steps, seed=cfg.seed, scale_rewards=cfg.grpo.scale_rewards)  # fmt: skip
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**base)
+    LR_DOC: ClassVar[str] = "Step size on the class logits (simulator units, not the LoRA learning rate)."
 
 
-def class_rewards(profiles: dict[str, ClassProfile], weights: dict[str, float], length_unit: int) -> np.ndarray:
-    """(K, 5): weighted F, S, C, L and total per class."""
-    out = np.zeros((len(CLASSES), 5))
+def class_rewards(profiles: dict[str, ClassProfile], weights: dict[str, float]) -> np.ndarray:
+    """(K, C + 1): the weighted standard components per class, then the total."""
+    names = standard_names()
+    out = np.zeros((len(CLASSES), len(names) + 1))
     for i, c in enumerate(CLASSES):
-        p = profiles[c]
-        f, s, comp = (
-            weights.get("format", 0) * p.format,
-            weights.get("schema", 0) * p.schema,
-            weights.get("completion", 0) * p.completion,
-        )
-        length = weights.get("length", 0) * p.tokens / length_unit
-        out[i] = (f, s, comp, length, f + s + comp + length)
+        out[i, :-1] = [weights.get(n, 0.0) * profiles[c].components[n] for n in names]
+        out[i, -1] = out[i, :-1].sum()
     return out
 
 
@@ -139,24 +147,25 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimSettings) -> dict[str, Any]:
     """Run `s.runs` seeded GRPO runs on the class policy; per-step means and a 10-90% band."""
-    rng = np.random.default_rng(s.seed)
+    cfg = s.cfg
+    weights = cfg.reward.weights
+    rng = np.random.default_rng(cfg.seed)
     K, R = len(CLASSES), s.runs
-    table = class_rewards(profiles, s.weights, s.length_unit)  # (K, 5)
-    reward = table[:, 4]  # (K,)
+    table = class_rewards(profiles, weights)  # (K, C + 1)
+    reward = table[:, -1]  # (K,)
     p0 = np.array([max(prior.get(c, 0.0), 1e-6) for c in CLASSES])
     p0 = p0 / p0.sum()
     log_p0 = np.log(p0)
     theta = np.tile(log_p0, (R, 1))  # (R, K) logits
     call = np.array([c in CALL_CLASSES for c in CLASSES], dtype=float)
     hack = np.array([c in HACK_CLASSES for c in CLASSES], dtype=float)
-    success = (table[:, 2] > 0).astype(float) if s.weights.get("completion", 0) else np.array(
-        [profiles[c].completion for c in CLASSES])  # fmt: skip
+    success = np.array([profiles[c].components["completion"] >= 1.0 for c in CLASSES], dtype=float)
     history = np.zeros((s.steps + 1, R, K))
     adv_abs = np.zeros((s.steps + 1, R))  # mean |advantage| of each step's episodes (0 before the first step)
     history[0] = _softmax(theta)
-    G, P = s.group_size, s.prompts_per_step
+    G, P, beta, epsilon = cfg.rollout.group_size, cfg.train.prompts_per_step, cfg.grpo.beta, cfg.grpo.epsilon
     uniforms = rng.random((s.steps, R, P, G))  # drawn at once: per-call overhead dominates at this size
-    shrink = s.lr * s.beta
+    shrink = s.lr * beta
     reward_sq = reward**2
     for t in range(1, s.steps + 1):
         pi_old = history[t - 1]  # (R, K)
@@ -168,34 +177,33 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
         counts[..., 1:] -= below[..., :-1]
         mean = counts @ reward / G  # (R, P)
         adv = reward - mean[..., None]  # (R, P, K) advantage of each class within its group
-        if s.scale_rewards:
+        if cfg.grpo.scale_rewards:
             adv = adv / (np.sqrt(np.maximum(counts @ reward_sq / G - mean**2, 0.0))[..., None] + 1e-4)
         weight = (counts * adv).sum(1) / (P * G)  # (R, K): the group's advantages summed by class
         adv_abs[t] = (counts * np.abs(adv)).sum((1, 2)) / (P * G)
-        for epoch in range(s.mu):
+        for epoch in range(cfg.grpo.mu):
             if epoch == 0:  # ratio = 1 on the first epoch: nothing is clipped yet
                 pi, coef = pi_old, weight
             else:
                 pi = _softmax(theta)
                 ratio = pi / pi_old
                 # the clipped surrogate's gradient vanishes where the clip binds in the advantage's direction
-                active = ~(((weight > 0) & (ratio > 1 + s.epsilon)) | ((weight < 0) & (ratio < 1 - s.epsilon)))
+                active = ~(((weight > 0) & (ratio > 1 + epsilon)) | ((weight < 0) & (ratio < 1 - epsilon)))
                 coef = weight * ratio * active  # d ratio / d theta = ratio * d log pi
             grad = coef - coef.sum(-1, keepdims=True) * pi
             # mirror-descent step with the KL(pi || pi_0) penalty taken in closed form (proximal), which stays
             # stable for any beta: pi_new ~ ((pi * exp(lr * grad)) * pi_0 ** (lr * beta)) ** (1 / (1 + lr * beta))
             theta = (theta + s.lr * grad + shrink * log_p0) / (1 + shrink)
         history[t] = _softmax(theta)
-    curves = {
-        k: history @ table[:, j] for j, k in enumerate(("reward/F", "reward/S", "reward/C", "reward/L", "reward"))
-    }
+    keys = [*(reward_key(n) for n in standard_names()), "reward/mean"]
+    curves = {k: history @ table[:, j] for j, k in enumerate(keys)}
     curves["kl"] = (history * (np.log(history) - log_p0)).sum(-1)
     curves["tool_call_prob"] = history @ call
     # the class policy's probability of starting with a call: the simulator's counterpart of tool_token_mass
     curves["tool_token_mass"] = history @ call
     curves["adv/mean_abs"] = adv_abs
     # group-centred advantages make the surrogate 0 at ratio 1, so the loss is the KL term
-    curves["policy_loss"] = s.beta * curves["kl"]
+    curves["policy_loss"] = beta * curves["kl"]
     curves["hack_mass"] = history @ hack
     curves["success"] = history @ success
     means = {k: v.mean(-1) for k, v in curves.items()}
@@ -211,10 +219,16 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     return {
         "simulation": True,
         "classes": {
-            c: {**vars(profiles[c]), "reward": float(reward[i]), "initial": float(p0[i]), "final": float(final[i])}
+            c: {
+                **profiles[c].components,
+                "tokens": profiles[c].tokens,
+                "reward": float(reward[i]),
+                "initial": float(p0[i]),
+                "final": float(final[i]),
+            }
             for i, c in enumerate(CLASSES)
-        },  # fmt: skip
-        "settings": {k: v for k, v in vars(s).items()},
+        },
+        "settings": {"steps": s.steps, "runs": s.runs, "lr": s.lr, "weights": weights, "beta": beta},
         "iterations": iterations,
     }
 
@@ -230,8 +244,9 @@ def sim_to_real(sim: dict[str, Any], real_rows: list[dict[str, Any]]) -> dict[st
     return gaps
 
 
-def fit_lr(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimSettings,
-           real_rows: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:  # fmt: skip
+def fit_lr(
+    profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimSettings, real_rows: list[dict[str, Any]]
+) -> tuple[float, dict[str, float]]:
     """The simulator step size that best matches a real run (summed sim-to-real gap over a log grid)."""
     from dataclasses import replace
 

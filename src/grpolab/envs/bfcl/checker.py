@@ -13,9 +13,17 @@ from itertools import permutations
 from typing import Any
 
 _STRIP = re.compile(r"[ ,./\-_*^]")
-_PY_TYPES: dict[str, tuple[type, ...]] = {"integer": (int,), "float": (float, int), "number": (float, int),
-                                          "string": (str,), "boolean": (bool,), "array": (list,), "tuple": (list,),
-                                          "dict": (dict,), "object": (dict,)}  # fmt: skip
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,),
+    "float": (float, int),
+    "number": (float, int),
+    "string": (str,),
+    "boolean": (bool,),
+    "array": (list,),
+    "tuple": (list,),
+    "dict": (dict,),
+    "object": (dict,),
+}
 
 
 def normalize(value: Any) -> Any:
@@ -65,8 +73,9 @@ def _value_ok(value: Any, acceptable: list[Any]) -> bool:
     return any(a != "" and _matches(value, a) for a in acceptable)
 
 
-def check_call(name: str, args: dict[str, Any], expected: dict[str, dict[str, list[Any]]],
-               functions: dict[str, dict[str, Any]]) -> tuple[bool, str]:  # fmt: skip
+def check_call(
+    name: str, args: dict[str, Any], expected: dict[str, dict[str, list[Any]]], functions: dict[str, dict[str, Any]]
+) -> tuple[bool, str]:
     """One call against one expected {function: {param: [acceptable...]}}. Returns (ok, BFCL error type: detail)."""
     ((want_name, params),) = expected.items()
     if name != want_name and name.replace("_", ".") != want_name.replace("_", "."):
@@ -92,8 +101,11 @@ def check_call(name: str, args: dict[str, Any], expected: dict[str, dict[str, li
     return True, f"matches {want_name}"
 
 
-def check_calls(calls: list[tuple[str | None, dict[str, Any] | None]], truth: list[dict[str, Any]],
-                functions: dict[str, dict[str, Any]]) -> tuple[bool, str]:  # fmt: skip
+def check_calls(
+    calls: list[tuple[str | None, dict[str, Any] | None]],
+    truth: list[dict[str, Any]],
+    functions: dict[str, dict[str, Any]],
+) -> tuple[bool, str]:
     """All expected calls made (in any order), and no others."""
     if not calls:
         return False, "no call made"

@@ -24,8 +24,16 @@ from grpolab.tools import ToolBox
 
 HELDOUT_FRACTION = 0.2
 SPLIT_SEED = 1234
-_TYPES = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "int": "integer", "bool": "boolean",
-          "str": "string", "any": None}  # fmt: skip
+_TYPES = {
+    "dict": "object",
+    "float": "number",
+    "tuple": "array",
+    "list": "array",
+    "int": "integer",
+    "bool": "boolean",
+    "str": "string",
+    "any": None,
+}
 
 
 def to_json_schema(schema: Any) -> Any:
@@ -54,9 +62,14 @@ class SchemaTool:
 
     def __init__(self, function: dict[str, Any]):
         params = to_json_schema(function.get("parameters") or {"type": "object", "properties": {}})
-        self.schema = {"type": "function", "function": {"name": function["name"],
-                                                        "description": function.get("description", ""),
-                                                        "parameters": params}}  # fmt: skip
+        self.schema = {
+            "type": "function",
+            "function": {
+                "name": function["name"],
+                "description": function.get("description", ""),
+                "parameters": params,
+            },
+        }
         self.bfcl = function
         self._validator = jsonschema.Draft202012Validator(params)
 
@@ -131,12 +144,22 @@ class BFCLEnv(Environment):
         self._tools[row["id"]] = ToolBox(tools)  # type: ignore[list-item]
         turns = row["question"][0] if row["question"] and isinstance(row["question"][0], list) else row["question"]
         prompt = next((m["content"] for m in reversed(turns) if m.get("role") == "user"), "")
-        reference = [(name, {k: _first_value(v) for k, v in params.items() if _first_value(v) is not _OMIT})
-                     for call in truth for name, params in call.items()]  # fmt: skip
+        reference = [
+            (name, {k: _first_value(v) for k, v in params.items() if _first_value(v) is not _OMIT})
+            for call in truth
+            for name, params in call.items()
+        ]
         category = row["id"].rsplit("_", 1)[0]
-        return Task(id=row["id"], kind=category, prompt=prompt, answer=json.dumps(truth), truth=truth,
-                    reference_calls=reference, reference_answer="",
-                    meta={"functions": {t.name: t.bfcl for t in tools}})  # fmt: skip
+        return Task(
+            id=row["id"],
+            kind=category,
+            prompt=prompt,
+            answer=json.dumps(truth),
+            truth=truth,
+            reference_calls=reference,
+            reference_answer="",
+            meta={"functions": {t.name: t.bfcl for t in tools}},
+        )
 
     def tasks(self, split: Split) -> list[Task]:
         return self._tasks[split]

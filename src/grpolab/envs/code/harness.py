@@ -4,8 +4,8 @@ Standard library only (the sandbox starts without site-packages). Before any mod
 hook that refuses: opening files outside the sandbox directory (reads of the standard library excepted), sockets,
 new processes (fork, exec, spawn, subprocess, system), signals to other processes, ctypes and gc walks. The OS
 limits (CPU time, memory, file size, process count), the wall-clock timeout and the network namespace are set by
-the parent (`grpolab.envs.code.sandbox`). Each test's result is appended to the result descriptor as it finishes, so a test
-that hangs keeps the ones before it.
+the parent (`grpolab.envs.code.sandbox`). Each test's result is appended to the result descriptor as it finishes,
+so a test that hangs keeps the ones before it.
 """
 
 import json
@@ -14,14 +14,52 @@ import sys
 import sysconfig
 
 BLOCKED = {
-    "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto",
-    "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-    "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata",
-    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.setprofile", "sys.settrace",
-    "os.chroot", "os.setuid", "os.setgid", "winreg.OpenKey", "webbrowser.open", "pty.spawn",
-}  # fmt: skip
-PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink", "os.link",
-               "os.truncate", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "os.chdir"}  # fmt: skip
+    "socket.__new__",
+    "socket.connect",
+    "socket.bind",
+    "socket.getaddrinfo",
+    "socket.sendto",
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "os.kill",
+    "os.killpg",
+    "signal.pthread_kill",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+    "ctypes.cdata",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys.setprofile",
+    "sys.settrace",
+    "os.chroot",
+    "os.setuid",
+    "os.setgid",
+    "winreg.OpenKey",
+    "webbrowser.open",
+    "pty.spawn",
+}
+PATH_EVENTS = {
+    "os.remove",
+    "os.rename",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.chown",
+    "os.symlink",
+    "os.link",
+    "os.truncate",
+    "os.utime",
+    "shutil.rmtree",
+    "shutil.move",
+    "shutil.copyfile",
+    "os.chdir",
+}
 LIST_EVENTS = {"os.listdir", "os.scandir", "glob.glob"}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 

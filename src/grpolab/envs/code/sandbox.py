@@ -68,8 +68,10 @@ def isolation() -> tuple[str, ...]:
     exe = shutil.which("unshare")
     if exe is None:
         return ()
-    for prefix in ((exe, "--net", "--pid", "--fork", "--kill-child"),
-                   (exe, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child")):  # fmt: skip
+    for prefix in (
+        (exe, "--net", "--pid", "--fork", "--kill-child"),
+        (exe, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"),
+    ):
         try:
             ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0
         except (OSError, subprocess.SubprocessError):
@@ -99,25 +101,37 @@ def _limit(limits: Limits):
     return apply
 
 
-def run_tests(code: str, tests: list[tuple[str, bool]], entry_point: str, setup: str = "",
-              limits: Limits = Limits()) -> RunResult:  # fmt: skip
+def run_tests(
+    code: str, tests: list[tuple[str, bool]], entry_point: str, setup: str = "", limits: Limits = Limits()
+) -> RunResult:
     """Define `code`, then run each test statement (source, counted) with `candidate` bound to `entry_point`."""
     total = sum(1 for _, counted in tests if counted)
     box = Path(tempfile.mkdtemp(prefix="grpolab-box-"))
     result_path = Path(tempfile.mkdtemp(prefix="grpolab-res-")) / "result.jsonl"
     try:
         with open(result_path, "wb") as result, open(box / "output.txt", "wb+") as out:
-            payload = {"code": code, "setup": setup, "entry_point": entry_point, "result_fd": result.fileno(),
-                       "tests": [{"source": s, "counted": c} for s, c in tests]}  # fmt: skip
+            payload = {
+                "code": code,
+                "setup": setup,
+                "entry_point": entry_point,
+                "result_fd": result.fileno(),
+                "tests": [{"source": s, "counted": c} for s, c in tests],
+            }
             (box / "payload.json").write_text(json.dumps(payload))
             cmd = [*isolation(), sys.executable, "-I", "-B", "-S", str(HARNESS)]
             timed_out = False
             t0 = time.monotonic()
             proc = subprocess.Popen(
-                cmd, cwd=box, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cmd,
+                cwd=box,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 env={"PATH": "/usr/bin:/bin", "HOME": str(box), "TMPDIR": str(box)},
-                start_new_session=True, preexec_fn=_limit(limits), pass_fds=(result.fileno(),),
-            )  # fmt: skip
+                start_new_session=True,
+                preexec_fn=_limit(limits),
+                pass_fds=(result.fileno(),),
+            )
             try:
                 proc.wait(timeout=limits.wall_s)
             except subprocess.TimeoutExpired:

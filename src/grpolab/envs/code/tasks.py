@@ -60,13 +60,18 @@ def _humaneval_tasks() -> list[Task]:
     for p in problems:
         setup, tests = split_check(p["test"])
         solution = p["prompt"] + p["canonical_solution"]
-        tasks.append(Task(
-            id=p["task_id"].replace("/", "-"), kind="humaneval", needs_tools=False,
-            prompt=f"Complete this Python function:\n\n{p['prompt'].strip()}\n",
-            answer=f"all {sum(c for _, c in tests)} tests pass", truth=None,
-            reference_answer=f"```python\n{solution.rstrip()}\n```",
-            meta={"entry_point": p["entry_point"], "setup": setup, "tests": tests, "header": p["prompt"]},
-        ))  # fmt: skip
+        tasks.append(
+            Task(
+                id=p["task_id"].replace("/", "-"),
+                kind="humaneval",
+                needs_tools=False,
+                prompt=f"Complete this Python function:\n\n{p['prompt'].strip()}\n",
+                answer=f"all {sum(c for _, c in tests)} tests pass",
+                truth=None,
+                reference_answer=f"```python\n{solution.rstrip()}\n```",
+                meta={"entry_point": p["entry_point"], "setup": setup, "tests": tests, "header": p["prompt"]},
+            )
+        )
     return tasks
 
 
@@ -112,7 +117,7 @@ TEMPLATES = [
         "return n % {k} == 0",
         _ints,
         _K,
-    ),  # fmt: skip
+    ),
     Template(
         "count_{c}",
         "returns how many times the letter '{c}' appears in the string s",
@@ -120,7 +125,7 @@ TEMPLATES = [
         "return s.count('{c}')",
         _word,
         _C,
-    ),  # fmt: skip
+    ),
     Template(
         "starts_with_{c}",
         "returns True if the string s starts with the letter '{c}', otherwise False",
@@ -128,7 +133,7 @@ TEMPLATES = [
         "return s.startswith('{c}')",
         _word,
         _C,
-    ),  # fmt: skip
+    ),
     Template("repeat_{k}", "returns the string s repeated {k} times", "s", "return s * {k}", _word, _K),
     Template(
         "last_{k}",
@@ -137,7 +142,7 @@ TEMPLATES = [
         "return xs[-{k}:]",
         _list,
         _K,
-    ),  # fmt: skip
+    ),
     Template(
         "sum_above_{k}",
         "returns the sum of the numbers in the list xs that are greater than {k}",
@@ -145,7 +150,7 @@ TEMPLATES = [
         "return sum(x for x in xs if x > {k})",
         _list,
         _K,
-    ),  # fmt: skip
+    ),
     Template(
         "count_above_{k}",
         "returns how many numbers in the list xs are greater than {k}",
@@ -153,7 +158,7 @@ TEMPLATES = [
         "return sum(1 for x in xs if x > {k})",
         _list,
         _K,
-    ),  # fmt: skip
+    ),
 ]
 EASY_PER_SPLIT = {"train": 120, "heldout": 30}
 
@@ -187,11 +192,15 @@ def _easy_task(t: Template, name: str, consts: dict[str, Any], rng: random.Rando
             cases.append((args, fn(*args)))
     tests = [(f"assert candidate({', '.join(map(repr, a))}) == {r!r}", True) for a, r in cases]
     return Task(
-        id=f"easy-{name}", kind="easy", needs_tools=False,
+        id=f"easy-{name}",
+        kind="easy",
+        needs_tools=False,
         prompt=f"Write a Python function `{name}({t.args})` that {t.text.format(**consts)}.",
-        answer="all 5 tests pass", truth=None, reference_answer=f"```python\n{source.rstrip()}\n```",
+        answer="all 5 tests pass",
+        truth=None,
+        reference_answer=f"```python\n{source.rstrip()}\n```",
         meta={"entry_point": name, "setup": "", "tests": tests, "header": ""},
-    )  # fmt: skip
+    )
 
 
 def load_tasks() -> dict[Split, list[Task]]:

@@ -1,0 +1,66 @@
+"""The policy GRPO trains and the reference it is held to: LoRA adapters on the base, or a full copy.
+
+With LoRA the reference is the same model with its adapters disabled (no second copy of the weights). An SFT warm
+start is applied first and merged into the base, so the frozen reference is the model GRPO actually starts from.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpolab.config import LabConfig
+from grpolab.errors import UserError
+from grpolab.models import load_model
+from grpolab.rundir import RunDir
+
+
+def with_lora(model: Any, cfg: LabConfig) -> Any:
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    peft_config = PeftLoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_config)
+
+
+def apply_warm_start(model: Any, cfg: LabConfig, path: Path) -> Any:
+    """The base model with an SFT warm start's trainable weights applied (LoRA: merged into the base)."""
+    if not cfg.lora.enabled:
+        model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
+        return model
+    peft_model = with_lora(model, cfg)
+    peft_model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
+    return peft_model.merge_and_unload()
+
+
+def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, Any, Any]:
+    """(policy, tokenizer, reference): reference is None with LoRA (adapters off), else a frozen full copy."""
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_model(cfg.model, seed=cfg.seed)
+    if warm_start is not None:
+        model = apply_warm_start(model, cfg, warm_start)
+    if not cfg.lora.enabled:
+        reference = copy.deepcopy(model).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        return model, tokenizer, reference
+    return with_lora(model, cfg), tokenizer, None
+
+
+def load_run_policy(path: Path) -> tuple[Any, Any, LabConfig]:
+    """(policy, tokenizer, config) of a run directory at its latest checkpoint (SFT warm start included)."""
+    run = RunDir(path)
+    cfg = run.read_config()
+    model, tokenizer, _ = build_policy(cfg, run.warm_start())
+    if run.load_checkpoint(model, None) is None:
+        raise UserError(f"{path} has no checkpoint", "train it first, or evaluate a model with --model")
+    return model, tokenizer, cfg

@@ -1,0 +1,37 @@
+"""Curves as inline SVG (matplotlib, no scripts): the report and the web lab draw with the same function."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+
+def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> str:
+    """One small chart of `keys` against `step`; alarm steps shaded; held-out points marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.6, 2.6), dpi=80)
+    plotted = False
+    for key in keys:
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if pts:
+            xs, ys = zip(*pts)
+            style = "--" if key == "kl_bound" else ("o-" if key.startswith("heldout") else "-")
+            ax.plot(xs, ys, style, label=key, linewidth=1.4, markersize=4)
+            plotted = True
+    for s in alarm_steps:
+        ax.axvline(s, color="#b00020", alpha=0.3, linewidth=3)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step", fontsize=8)
+    ax.tick_params(labelsize=7)
+    if plotted:
+        ax.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    svg = buf.getvalue()
+    return svg[svg.index("<svg") :]
