@@ -16,6 +16,7 @@ import pytest
 from grpolab.config import load_config
 from grpolab.envs import get_env
 from grpolab.envs.code import seccomp, wire
+from grpolab.envs.code.probes import FORGERIES
 from grpolab.envs.code.sandbox import MARK, Limits, isolation, run_tests
 from grpolab.envs.code.tasks import split_check
 from grpolab.protocol import code_blocks
@@ -316,6 +317,14 @@ def test_forged_answers_score_zero(env, forgery, kind):
     text = "```python\n" + FORGED[forgery].replace("ENTRY", task.meta["entry_point"]) + "```"
     s = score_transcript(env, task, text, count_tokens=len)
     assert s.components["completion"] == 0.0, s.reasons["completion"]
+
+
+def test_forgery_probes_score_zero_below_honest_work(env):
+    tasks = [_task(env, "easy"), _task(env, "humaneval")]
+    results = [r for r in run_probes(env, tasks, load_config().reward.weights, 100, len) if r.probe in FORGERIES]
+    assert {r.probe for r in results} == set(FORGERIES) and len(results) == 2 * len(FORGERIES)
+    for r in results:
+        assert r.score.components["completion"] == 0.0 and not r.gameable, (r.probe, r.task_id, r.score.reasons)
 
 
 def test_a_hanging_call_fails_from_there_on_and_keeps_earlier_credit():
