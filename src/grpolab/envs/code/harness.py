@@ -88,7 +88,8 @@ def install_guard(box: str) -> None:
 
 def set_limits(limits: dict) -> None:
     mb = 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
+    # soft = hard: the worker may be PID 1 of its namespace, which ignores SIGXCPU; the hard limit's SIGKILL it cannot
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"]))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb, limits["memory_mb"] * mb))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb, limits["file_mb"] * mb))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))

@@ -137,8 +137,10 @@ def main(
             raise CandidateError(str(defined.get("error", "the answer could not be defined"))[:300])
     except wire.WireTimeout:
         report.update(error="timed out before the tests ran", timed_out=True)
+    except wire.WireClosed:
+        report["error"] = "the answer's process ended before the tests (an exit, or a CPU, memory or file-size limit)"
     except wire.WireError as exc:
-        report["error"] = f"the answer's process failed before the tests ({exc})"
+        report["error"] = f"the answer's process broke the protocol before the tests ({exc})"
     except CandidateError as exc:
         report["error"] = str(exc)
     if report["error"]:

@@ -23,7 +23,7 @@ import time
 MAX_MESSAGE = 1 << 20
 """Bytes in one message from the answer process (a value it returns)."""
 MAX_DEPTH = 64
-MAX_HASHED = 10_000
+MAX_HASHED = 4096
 """Items placed in sets and dict keys per message: colliding hashes make building them quadratic."""
 HEADER = struct.Struct(">I")
 
