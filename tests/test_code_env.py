@@ -108,7 +108,9 @@ def test_sandbox_reports_its_isolation():
     assert {"separate_runner", "rlimits", "audit_hook"} <= set(iso.layers)
     assert not set(iso.layers) & set(iso.missing)
     assert json.loads(json.dumps(iso.as_dict()))["level"] == iso.level
-    assert iso.level in iso.summary()
+    assert iso.summary().lower().startswith(f"{iso.level} isolation")
+    with pytest.raises(ValueError, match="no such layer"):
+        Limits(without=("seccomp", "firewall"))
 
 
 def test_training_continues_after_hostile_episodes(tmp_path):

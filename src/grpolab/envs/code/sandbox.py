@@ -1,17 +1,19 @@
 """Run untrusted model code against unit tests: the answer in a walled process, the tests in another.
 
-Two processes per run, both started here and joined by a socket pair that only they hold:
-- the answer process (`harness.py`): namespaces (user where not root, PID, network, IPC, UTS, mount with a
-  minimal read-only root), uid 65534 or no capabilities, no_new_privs + a seccomp filter refusing fork/exec/
-  sockets/ptrace, resource limits, then an audit hook as a second line; it runs the model's code and answers calls
-  with plain data. A keeper process above it kills the whole tree (PID namespace, subreaper, process group).
-- the test runner (`runner.py`): runs the task's trusted header, setup and test statements with `candidate`
-  bound to a proxy for the answer's function, and reports the verdict on a pipe that only it holds.
+One interpreter start per run (`BOOT`), three processes (`harness.py`):
+- the keeper: forks the runner, then puts up the namespaces it can, forks the worker, and at the end kills the
+  whole tree (PID namespace, subreaper, and this module kills its process group);
+- the test runner (`runner.py`), forked before any wall or model code: runs the task's trusted header, setup and
+  test statements with `candidate` bound to a proxy for the answer's function, and writes the verdict, one line
+  per test, on a pipe that only it holds;
+- the worker: a mount namespace with a minimal read-only root, uid 65534 or no capabilities, no_new_privs and a
+  seccomp filter refusing fork/exec/sockets/ptrace, resource limits, then an audit hook as a second line; it runs
+  the model's code and answers the runner's calls with plain data (`wire.py`).
 
-Nothing the answer process writes is parsed as a result; the parent reads the runner's last line. Every layer is
-tried where it is wanted and reported (`Isolation`): `isolation()` says what this machine gives, `RunResult.
-isolation` what one run got. Where the machine allows less (no namespaces, no seccomp) the run still happens and
-the report says "weak" with the reasons; nothing here raises in the caller: every failure is a result.
+Nothing the worker writes is parsed as a result; this module reads the runner's last line. Every layer is tried
+where it is wanted and reported (`Isolation`): `isolation()` says what this machine gives, `RunResult.isolation`
+what one run got. Where the machine allows less (no namespaces, no seccomp) the run still happens and the report
+says "weak" with the reasons; nothing here raises in the caller: every failure is a result.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import marshal
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +89,11 @@ class Limits:
     without: tuple[str, ...] = ()
     """Layers to leave out (names as in `LAYERS`): tests use it to show what each layer stops on its own."""
 
+    def __post_init__(self) -> None:
+        unknown = set(self.without) - set(LAYERS) | ({"separate_runner"} & set(self.without))
+        if unknown:
+            raise ValueError(f"Limits.without: no such layer (or not optional): {sorted(unknown)}")
+
 
 @dataclass(frozen=True)
 class Isolation:
@@ -97,11 +105,10 @@ class Isolation:
     missing: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_report(cls, report: dict[str, dict[str, str]] | None, runner: bool = True) -> Isolation:
-        layers = dict((report or {}).get("layers", {}))
+    def from_report(cls, report: dict[str, dict[str, str]] | None) -> Isolation:
+        """From the worker's own report (sent before any model code ran); None: the worker never reported."""
+        layers = {"separate_runner": LAYERS["separate_runner"], **(report or {}).get("layers", {})}
         missing = dict((report or {}).get("missing", {"sandbox": "no report from the answer process"}))
-        if runner:
-            layers = {"separate_runner": LAYERS["separate_runner"], **layers}
         if os.geteuid() == 0:
             missing.pop("user_namespace", None)  # root needs none
         level = "strong" if all(name in layers for name in STRONG) and "sandbox" not in missing else "weak"
@@ -112,7 +119,8 @@ class Isolation:
         return self.level == "strong"
 
     def summary(self) -> str:
-        text = f"{self.level} isolation: " + ", ".join(self.layers)
+        """One line; a weak level is written in capitals."""
+        text = f"{self.level if self.strong else self.level.upper()} isolation: " + ", ".join(self.layers)
         if self.missing:
             text += "; missing: " + "; ".join(f"{k} ({v})" for k, v in self.missing.items())
         return text
@@ -256,7 +264,7 @@ def _run(
         for fd in (result_r, result_w):
             if fd >= 0:
                 os.close(fd)
-        _remove(box)
+        shutil.rmtree(box, ignore_errors=True)
 
 
 def _read_report(fd: int, deadline: float) -> tuple[dict | None, bool]:
@@ -311,9 +319,3 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _remove(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
