@@ -446,7 +446,9 @@ def test_seccomp_filter_refuses_processes_and_sockets_but_not_threads():
         "print(out)\n"
     )
     here = str(Path(seccomp.__file__).parent)
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", script, here], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-I", "-B", "-S", "-c", script, here], capture_output=True, text=True, timeout=30
+    )
     assert done.stdout.strip() == "['thread']", done
     for machine in seccomp.MACHINES:
         assert len(seccomp.program(machine)) % 8 == 0 and len(seccomp.program(machine)) // 8 < 256
