@@ -1,10 +1,11 @@
 import math
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpolab.calculator import CalculatorError, calculate
+from grpolab.calculator import CalculatorError, calculate, percent_signs
 from grpolab.tools import calculator
 
 
@@ -20,6 +21,8 @@ from grpolab.tools import calculator
         ("round(2.346, 2)", 2.35),
         ("7 // 2 + 7 % 2", 4),
         ("2^3", 8),
+        ("round(123456, -3)", 123000),
+        ("10**14.9", 10**14.9),
     ],
 )
 def test_arithmetic(expr, value):
@@ -69,3 +72,59 @@ def test_agrees_with_python_on_integers(a, b, op):
     expected = {"+": a + b, "-": a - b, "*": a * b}[op]
     if abs(expected) <= 1e15:
         assert calculate(f"{a} {op} ({b})") == expected
+
+
+@pytest.mark.parametrize(
+    "expr,why",
+    [
+        ("round(5, -20000000)", "digits"),  # once computed 10**20000000 while holding the GIL: 27.7 s
+        ("round(5, -10**9)", "digits"),
+        ("round(1.5, 10**9)", "digits"),
+        ("round(999999999999999, -16)", "digits"),
+        ("999999999999999 ** 64", "outside"),  # refused before the power is computed
+        ("(-999999999999999) ** 63", "outside"),
+        ("123456789012345 ** 2 ** 6", "exponent|outside"),
+    ],
+)
+def test_hostile_sizes_are_refused_before_computing(expr, why):
+    start = time.perf_counter()
+    with pytest.raises(CalculatorError, match=why):
+        calculate(expr)
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize(
+    "expr,value",
+    [
+        ("7 % -3", 7 % -3),  # a sign written against its operand: modulo, as in Python
+        ("7 %-3", 7 % -3),
+        ("50%-3", 50 % -3),
+        ("7 % +3", 7 % 3),
+        ("7 % 2", 1),
+        ("7 % (2)", 1),
+        ("7.5 % .5", 0.0),
+        ("50%", 0.5),  # nothing after it: percent
+        ("50 %", 0.5),
+        ("(20 + 30)%", 0.5),
+        ("sqrt(16)%", 0.04),
+        ("-50%", -0.5),
+        ("50% - 3", 0.5 - 3),  # a sign followed by a space is an operator: percent
+        ("50% + 3", 3.5),
+        ("200 * 15%", 30),
+        ("50% * 2", 1),
+        ("50% / 2", 0.25),
+        ("50%**2", 0.25),  # the percent binds to its number, not to the power
+        ("max(50%, 20%)", 0.5),
+        ("(10%)", 0.1),
+        ("1.5e2%", 1.5),
+        ("10 % 3 %", 10 % 0.03),
+    ],
+)
+def test_percent_or_modulo_rule(expr, value):
+    assert calculate(expr) == pytest.approx(value)
+
+
+def test_percent_rewrite_is_visible():
+    assert percent_signs("50%**2") == "(50/100)**2"
+    assert percent_signs("7 % -3") == "7 % -3"
+    assert percent_signs("(a + b)% - 1") == "((a + b)/100) - 1"

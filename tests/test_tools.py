@@ -1,4 +1,8 @@
+import os
+import re
 import time
+
+import pytest
 
 from grpolab.tools import Tool, ToolBox, calculator, cap_output
 
@@ -41,6 +45,98 @@ def test_timeout_becomes_an_error_response():
     tool = Tool(slow, timeout_s=0.2)
     assert "timed out" in tool.run({"seconds": 1.0})["error"]
     assert tool.run({"seconds": 0.0}) == {"slept": 0.0}
+
+
+def backtracks(n: int) -> dict:
+    """A regex that backtracks for seconds inside one C call, holding the GIL (no thread can time it out).
+
+    Args:
+        n: Length of the subject.
+    """
+    return {"matched": bool(re.fullmatch(r"(a+)+$", "a" * n + "b"))}
+
+
+def spawns(path: str, seconds: float) -> dict:
+    """Writes its process group id to `path`, then starts a grandchild that would outlive the call.
+
+    Args:
+        path: Where to write the group id.
+        seconds: How long the grandchild sleeps.
+    """
+    with open(path, "w") as f:
+        f.write(str(os.getpgid(0)))
+    if os.fork() == 0:
+        time.sleep(seconds)
+        os._exit(0)
+    time.sleep(seconds)
+    return {}
+
+
+def not_json(x: int) -> object:
+    """Returns something JSON cannot carry.
+
+    Args:
+        x: Anything.
+    """
+    return {"value": object()}
+
+
+def test_a_call_holding_the_gil_is_really_stopped():
+    """Before: a thread pool whose caller could not even wake up while the regex held the GIL (~5 s here)."""
+    tool = Tool(backtracks, timeout_s=0.3)
+    start = time.perf_counter()
+    assert "timed out after 0.3s" in tool.run({"n": 26})["error"]
+    assert time.perf_counter() - start < 1.5
+    assert tool.run({"n": 3}) == {"matched": False}
+
+
+def test_the_whole_process_group_dies_on_timeout(tmp_path):
+    path = tmp_path / "pgid"
+    assert "timed out" in Tool(spawns, timeout_s=0.5).run({"path": str(path), "seconds": 30.0})["error"]
+    group = int(path.read_text())
+    assert group != os.getpgid(0)
+    time.sleep(0.05)
+    assert _alive_in_group(group) == []
+
+
+def _alive_in_group(group: int) -> list[int]:
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, _, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(pgrp) == group and state != "Z":
+            out.append(int(entry))
+    return out
+
+
+def test_child_process_answers_like_in_process():
+    assert Tool(not_json).run({"x": 1}) == {"error": "tool returned a value that is not JSON-serialisable"}
+    assert Tool(broken).run({"x": 1}) == {"error": "RuntimeError: boom"}
+
+
+@pytest.mark.parametrize("fn,isolated", [(calculator, False), (slow, True)])
+def test_builtin_tools_stay_in_process_user_tools_do_not(fn, isolated):
+    assert Tool(fn).isolate is isolated
+    assert Tool(fn, isolate=not isolated).isolate is not isolated
+
+
+def test_a_stateful_tool_can_opt_out_of_the_child():
+    calls: list[int] = []
+
+    def count(x: int) -> dict:
+        """Counts calls.
+
+        Args:
+            x: Anything.
+        """
+        calls.append(x)
+        return {"calls": len(calls)}
+
+    assert Tool(count).run({"x": 1}) == {"calls": 1} and calls == []  # ran in a child: the parent saw nothing
+    assert Tool(count, isolate=False).run({"x": 1}) == {"calls": 1} and calls == [1]
 
 
 def test_output_is_capped():

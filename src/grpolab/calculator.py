@@ -1,7 +1,14 @@
 """A safe arithmetic evaluator for model-written expressions: an AST whitelist, never `eval`.
 
 Allowed: numbers, + - * / // % **, unary +/-, parentheses, and abs/round/min/max/sqrt. Limits keep a hostile
-expression cheap: length, AST size, exponent size and result magnitude.
+expression cheap, and every one is checked before the operation it bounds runs (an integer operation in C holds
+the GIL, so a tool timeout cannot interrupt it: `round(5, -20000000)` once computed 10**20000000 for 27 s): length,
+AST size, magnitude of every value, exponent size and the power's magnitude, and the digits of `round`.
+
+`%` after a value is a percent sign when what follows cannot start an operand: the end, `)`, `,`, one of `* / %`
+(and `**`), or a `+`/`-` followed by a space ("50% - 3" is 0.5 - 3). Everything else keeps Python's modulo: a
+number, `(`, a name, or a sign written against its operand ("7 % -3" and "50%-3" are modulo, as in Python). The
+percent applies to the number or parenthesised group right before it: "50%**2" is (50/100)**2.
 """
 
 from __future__ import annotations
@@ -16,6 +23,10 @@ MAX_EXPRESSION_CHARS = 300
 MAX_NODES = 200
 MAX_EXPONENT = 64
 MAX_MAGNITUDE = 1e15
+MAX_ROUND_DIGITS = 15
+"""`round(x, n)` needs |n| <= 15: values stay within 1e15, and a large negative n makes Python build 10**-n."""
+_PERCENT_FOLLOWS = re.compile(r"\s*(?:$|[)*/%,]|[+-]\s)")
+_NUMBER_BEFORE = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$")
 
 _BINARY: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -46,7 +57,7 @@ def calculate(expression: str) -> float:
         raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     text = expression.replace("^", "**").replace("$", "").strip()
     text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # thousands separators: 1,200 -> 1200
-    text = re.sub(r"%(?!\s*[\d(.])", "/100", text)  # 50% -> 50/100, but 7 % 2 stays modulo
+    text = percent_signs(text)
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -62,6 +73,36 @@ def calculate(expression: str) -> float:
     if isinstance(value, complex) or math.isnan(value) or math.isinf(value):
         raise CalculatorError("result is not a finite real number")
     return value
+
+
+def percent_signs(text: str) -> str:
+    """Rewrite each percent sign (see the module docstring for the rule) as a division of its operand by 100."""
+    i = text.find("%")
+    while i != -1:
+        start = _operand_start(text, i) if _PERCENT_FOLLOWS.match(text, i + 1) else None
+        if start is None:  # modulo (or nothing to take a percent of: left for the parser to reject)
+            i = text.find("%", i + 1)
+            continue
+        operand = text[start:i].rstrip()
+        text = f"{text[:start]}({operand}/100){text[i + 1 :]}"
+        i = text.find("%", start + len(operand) + 6)
+    return text
+
+
+def _operand_start(text: str, end: int) -> int | None:
+    """Where the number or parenthesised group ending just before `end` starts; None when there is none."""
+    j = len(text[:end].rstrip())
+    if j and text[j - 1] == ")":
+        depth = 0
+        for k in range(j - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[k], 0)
+            if depth == 0:
+                while k and (text[k - 1].isalnum() or text[k - 1] == "_"):  # a call: sqrt(16)%
+                    k -= 1
+                return k
+        return None
+    match = _NUMBER_BEFORE.search(text, 0, end)
+    return match.start() if match else None
 
 
 def _check(value: float) -> float:
@@ -82,6 +123,8 @@ def _eval(node: ast.AST) -> float:
                 raise CalculatorError(f"exponent larger than {MAX_EXPONENT}")
             if left == 0 and right < 0:
                 raise ZeroDivisionError
+            if abs(left) > 1 and right * math.log10(abs(left)) > math.log10(MAX_MAGNITUDE) + 1:
+                raise CalculatorError(f"intermediate result outside ±{MAX_MAGNITUDE:g}")
             return _check(left**right)
         op = _BINARY.get(type(node.op))
         if op is None:
@@ -95,6 +138,8 @@ def _eval(node: ast.AST) -> float:
         if fn is None:
             raise CalculatorError(f"function {node.func.id!r} is not allowed")
         args = [_eval(a) for a in node.args]
+        if fn is round and len(args) == 2 and isinstance(args[1], (int, float)) and abs(args[1]) > MAX_ROUND_DIGITS:
+            raise CalculatorError(f"round: digits outside ±{MAX_ROUND_DIGITS}")
         try:
             return _check(fn(*args))
         except TypeError:

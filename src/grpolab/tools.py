@@ -3,11 +3,24 @@
 `Tool.run(arguments)` is the only way the lab executes a tool: it validates the arguments against the schema
 (jsonschema), runs the function with a wall-clock timeout, turns exceptions and timeouts into `{"error": ...}`
 responses, and caps the output size. It never raises on model-supplied arguments.
+
+Where a timeout can really stop a call: a Python thread cannot be killed, and a C call that holds the GIL (a big
+integer power, a backtracking regex) keeps even the waiting thread from noticing its timeout. So a tool runs in a
+forked child process, killed (with its process group) when its time is up, unless it is known to be bounded:
+grpolab's own tools are (the calculator checks every bound before computing; financial_search is BM25 over a fixed
+corpus with at most 50 query tokens), and run in a thread, as does any tool given `isolate=False`. The price of
+the child: it starts from a fork (about a millisecond; the trainer's threads do not come along, so a tool that
+needs a lock another thread held may hang, and is then killed), its result travels as JSON, and changes it makes
+to Python state stay in the child: a stateful tool passes `isolate=False`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -21,6 +34,8 @@ from grpolab.calculator import CalculatorError, calculate
 
 MAX_OUTPUT_CHARS = 2000
 DEFAULT_TIMEOUT_S = 5.0
+MAX_CHILD_BYTES = 1 << 20
+"""A response from a child process larger than this is an error (it would be truncated to 2000 characters anyway)."""
 
 # One shared worker pool: a timed-out call cannot be killed (Python threads can't be), so it keeps its worker
 # until it returns; built-in tools bound their own work (see calculator limits) so that stays rare and short.
@@ -33,9 +48,13 @@ class Tool:
 
     fn: Callable[..., Any]
     timeout_s: float = DEFAULT_TIMEOUT_S
+    isolate: bool | None = None
+    """Run each call in a child process killed on timeout. None: yes, unless the tool is one of grpolab's own."""
     schema: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.isolate is None:
+            self.isolate = not str(getattr(self.fn, "__module__", "") or "").startswith("grpolab.")
         self.schema = get_json_schema(self.fn)
         self.schema["function"].pop("return", None)
         self._validator = jsonschema.Draft202012Validator(self.parameters)
@@ -64,6 +83,8 @@ class Tool:
         problem = self.validation_error(arguments)
         if problem:
             return {"error": f"invalid arguments for {self.name}: {problem}"}
+        if self.isolate:
+            return cap_output(_run_in_child(self.fn, arguments, self.timeout_s, self.name))
         future = _POOL.submit(self.fn, **arguments)
         try:
             value = future.result(timeout=self.timeout_s)
@@ -72,6 +93,85 @@ class Tool:
         except Exception as exc:  # a tool's own failure is a response the model sees, not a crash
             return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         return cap_output(value if isinstance(value, dict) else {"result": value})
+
+
+def _run_in_child(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: float, name: str) -> dict[str, Any]:
+    """Call `fn` in a forked child; its JSON answer comes back on a pipe; past `timeout_s` the child's group dies."""
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"{name} could not start: {exc.strerror}"}
+    if pid == 0:  # the child: never returns, never raises
+        try:
+            os.close(read_end)
+            os.setpgid(0, 0)
+            _write_all(write_end, _child_answer(fn, arguments))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        os.setpgid(pid, pid)  # as the child does: whichever runs first, the group exists before any kill
+    except OSError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    data, timed_out = b"", False
+    try:
+        while len(data) <= MAX_CHILD_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0 or not _readable(read_end, left):
+                timed_out = True
+                break
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(read_end)
+        for kill in (os.killpg, os.kill):  # the child's group first: whatever it started dies with it
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    if timed_out:
+        return {"error": f"{name} timed out after {timeout_s:g}s"}
+    if len(data) > MAX_CHILD_BYTES:
+        return {
+            "error": f"output truncated to {MAX_OUTPUT_CHARS} characters",
+            "preview": data[:MAX_OUTPUT_CHARS].decode("utf-8", "replace"),
+        }
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        return {"error": f"{name} ended without an answer"}
+    return answer if isinstance(answer, dict) else {"error": f"{name} ended without an answer"}
+
+
+def _readable(fd: int, timeout_s: float) -> bool:
+    poll = select.poll()  # not select.select: a trainer's descriptors may be numbered past 1024
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(max(timeout_s, 0.0) * 1000))
+
+
+def _child_answer(fn: Callable[..., Any], arguments: dict[str, Any]) -> bytes:
+    try:
+        value = fn(**arguments)
+    except Exception as exc:  # as in-process: the tool's own failure is a response the model sees
+        return json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:200]}"}).encode()
+    try:
+        return json.dumps(value if isinstance(value, dict) else {"result": value}).encode()
+    except (TypeError, ValueError):
+        return json.dumps({"error": "tool returned a value that is not JSON-serialisable"}).encode()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def cap_output(response: dict[str, Any], limit: int = MAX_OUTPUT_CHARS) -> dict[str, Any]:

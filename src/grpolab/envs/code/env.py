@@ -48,8 +48,9 @@ class CodeEnv(Environment):
         blocks = code_blocks(final_answer)
         if not blocks:
             return Verdict(False, "no fenced python code block in the answer", score=0.0)
-        # the task's own prompt runs first (its imports and helper functions; the answer redefines the function)
-        code = "\n".join([task.meta["header"], blocks[0]])
-        result = run_tests(code, task.meta["tests"], task.meta["entry_point"], task.meta["setup"], self.limits)
+        # the task's prompt (imports, helper functions) runs first on both sides: before the answer, which redefines
+        # the function, and in the test runner, where HumanEval's tests call those helpers
+        meta = task.meta
+        result = run_tests(blocks[0], meta["tests"], meta["entry_point"], meta["setup"], self.limits, meta["header"])
         reason = f"{result.passed}/{result.total} tests pass" + (f" ({result.error})" if result.error else "")
         return Verdict(result.passed == result.total > 0, reason, score=result.fraction)
