@@ -540,3 +540,15 @@ def test_task_mix_keeps_kinds_with_signal():
     advice = task_mix(kinds)
     assert "task_kinds = ['easy']" in advice and "drop ['humaneval']" in advice
     assert task_mix({"easy": kinds["easy"]}) == ""
+
+
+def test_check_and_the_lab_say_which_isolation_is_in_force(env):
+    from grpolab.lab.views import preflight_panel
+
+    iso = env.isolation()
+    assert iso["level"] in ("strong", "weak") and iso["summary"].lower().startswith(iso["level"])
+    report = {"probes": [], "gameable": [], "isolation": {**iso, "level": "weak", "summary": "WEAK isolation: x"}}
+    report["probes"] = [
+        {"probe": "p", "task_id": "t", "score": 0.0, "honest": 1.0, "gameable": False, "breakdown": "C:+0"}
+    ]
+    assert "lab-error" in preflight_panel(report) and "WEAK isolation" in preflight_panel(report)

@@ -79,6 +79,12 @@ def _print(report: dict) -> None:
     console.print(table)
     for line in report["gameable"]:
         console.print(f"[red]{line}[/red]")
+    iso = report.get("isolation")
+    if iso:
+        color = "green" if iso["level"] == "strong" else "bold red"
+        console.print(f"[{color}]sandbox: {iso['summary']}[/{color}]", markup=True, highlight=False)
+        if iso["level"] != "strong":
+            console.print("[bold red]WARNING: model-written code runs with WEAK isolation on this machine[/bold red]")
     learn = report["learnability"]
     console.print(
         f"learnability ({learn['prompts']} prompts x G={learn['group_size']}): "

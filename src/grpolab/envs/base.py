@@ -65,6 +65,10 @@ class Environment:
     executes_tools: bool = True
     """False for environments where the calls are the answer (BFCL): nothing runs, generation goes on to the end."""
 
+    def isolation(self) -> dict[str, Any] | None:
+        """How model-written code is isolated, for environments that run it (None: this one runs none)."""
+        return None
+
     def toolbox_for(self, task: Task) -> ToolBox:
         """The tools offered with this task (the same for every task in most environments)."""
         return self.toolbox

@@ -175,7 +175,11 @@ def preflight_panel(report: dict[str, Any]) -> str:
         return message("No probe results.")
     lines = "".join(f"<div class='lab-bad'>{html.escape(g)}</div>" for g in report.get("gameable", []))
     verdict = lines or "<div class='lab-good'>No probe matches or beats honest work under these weights.</div>"
-    return verdict + probe_table(report)
+    iso = report.get("isolation")
+    sandbox = ""
+    if iso:
+        sandbox = message(f"sandbox: {iso['summary']}", "info" if iso["level"] == "strong" else "error")
+    return verdict + sandbox + probe_table(report)
 
 
 def run_summary(view: RunView) -> str:

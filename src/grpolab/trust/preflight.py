@@ -54,7 +54,12 @@ def probe_report(env: Environment, cfg: LabConfig, count_tokens, n_tasks: int = 
         }
         for r in worst_by_probe(results)
     ]
-    return {"probes": table, "gameable": gameable_lines(results), "tasks": [t.id for t in tasks]}
+    return {
+        "probes": table,
+        "gameable": gameable_lines(results),
+        "tasks": [t.id for t in tasks],
+        "isolation": env.isolation(),
+    }
 
 
 def _spread(tasks: list, n: int) -> list:

@@ -6,9 +6,11 @@ credit per assert); the strict verdict (held-out success) is all tests passing. 
 
 from __future__ import annotations
 
+from typing import Any
+
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
 from grpolab.envs.code.probes import PROBES
-from grpolab.envs.code.sandbox import Limits, run_tests
+from grpolab.envs.code.sandbox import Limits, isolation, run_tests
 from grpolab.envs.code.tasks import load_tasks
 from grpolab.protocol import code_blocks
 from grpolab.tools import ToolBox
@@ -37,6 +39,11 @@ class CodeEnv(Environment):
     def tasks(self, split: Split) -> list[Task]:
         tasks = self._load()[split]
         return [t for t in tasks if t.kind in self.task_kinds] if self.task_kinds else tasks
+
+    def isolation(self) -> dict[str, Any]:
+        """The sandbox's isolation on this machine (level strong/weak, layers in force, what is missing)."""
+        iso = isolation()
+        return {**iso.as_dict(), "summary": iso.summary()}
 
     def system_prompt(self, task: Task | None = None) -> str:
         return self.instructions
