@@ -1,9 +1,18 @@
-"""Cost of one GRPO step on the embedded model: seconds per step, generated tokens/s, trained tokens/s, peak RSS.
+"""Roofline profile of a GRPO step of the demo config: where the time goes, and how close each phase is to its bound.
 
-    .venv/bin/python benchmarks/step_cost.py [--group-size 8] [--max-new-tokens 128] [--steps 2]
+    .venv/bin/python benchmarks/step_cost.py [--steps 3] [--sft-steps 20] [--engine exact|int8] [--model smollm2]
 
-Settings: SmolLM2-135M-Instruct, fp32, LoRA (default config), finance pct_change prompts, one prompt per step,
-no SFT. The first step includes warm-up; the table reports each step and the mean of the steps after the first.
+In one process: (1) this machine's fp32 matmul GFLOP/s and memory bandwidth (copy, read + write), (2) the demo's
+SFT warm start (so episodes look like the demo's: tool calls, ~130 policy tokens), (3) `--steps` GRPO steps of the
+demo config (G=8 x 2 prompts, 160 new tokens), (4) one held-out evaluation. For every phase: seconds per step, its
+work, the achieved GFLOP/s or GB/s, and the fraction of the measured peak. The first GRPO step is warm-up and is
+not counted. Results: benchmarks/results/step_cost.json (README table via readme_table.py).
+
+FLOPs: 2 x (non-embedding parameters) per token through the body, plus 2 x hidden x vocab per token that reaches
+the LM head (the engine skips it for tool output and padding), plus attention (4 x layers x hidden x context per
+token); a training token costs forward + backward with respect to activations (2 + 2 of those), plus one head
+recompute. Decode is bounded by reading the weights once per step (bytes / bandwidth) or by its FLOPs, whichever
+is larger: that maximum is the bound the decode fraction is measured against.
 """
 
 from __future__ import annotations
@@ -13,59 +22,166 @@ import json
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from grpolab.config import load_config
+from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import build_policy
+from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
 from grpolab.envs import env_for
 
 RESULTS = Path(__file__).parent / "results"
+DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
+
+
+def matmul_peak(size: int = 2048, repeats: int = 10) -> float:
+    """Best fp32 GFLOP/s of a square matmul (the FLOP roof)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = min(_time(lambda: a @ b) for _ in range(repeats))
+    return 2 * size**3 / best / 1e9
+
+
+def bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Best GB/s of a large copy, read + write (the bandwidth roof)."""
+    x = torch.empty(megabytes * 1024 * 1024 // 4)
+    x.uniform_()
+    best = min(_time(lambda: x.clone()) for _ in range(repeats))
+    return 2 * x.numel() * 4 / best / 1e9
+
+
+def _time(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+class Shape:
+    """FLOP and byte counts of the model."""
+
+    def __init__(self, model: Any):
+        lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        cfg = lm.config
+        self.hidden, self.vocab, self.layers = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers
+        embed = lm.model.embed_tokens.weight.numel()
+        self.body = sum(p.numel() for n, p in lm.named_parameters() if "embed_tokens" not in n and "lm_head" not in n)
+        self.head = self.hidden * self.vocab
+        self.weight_bytes = (self.body + embed) * 4  # fp32; the tied head is the embedding, read once per step
+
+    def forward(self, tokens: float, head_tokens: float, context: float) -> float:
+        return 2 * self.body * tokens + 2 * self.head * head_tokens + 4 * self.layers * self.hidden * context
+
+
+def phase_rows(m: dict[str, float], episodes: list[Any], shape: Shape, peak: float, bw: float) -> list[dict]:
+    """One row per phase of a step: seconds, work, achieved rate, fraction of the roof."""
+
+    def row(name: str, seconds: float, work: str, flops: float = 0.0, bytes_: float = 0.0, bound: float = 0.0):
+        out: dict[str, Any] = {"phase": name, "seconds": round(seconds, 3), "work": work}
+        if flops:
+            out["gflops"] = round(flops / 1e9, 1)
+            out["gflop_s"] = round(flops / max(seconds, 1e-9) / 1e9, 1)
+            out["fraction_of_peak"] = round(flops / max(seconds, 1e-9) / 1e9 / peak, 3)
+        if bytes_:
+            out["gb_s"] = round(bytes_ / max(seconds, 1e-9) / 1e9, 2)
+        if bound:
+            out["bound_seconds"] = round(bound, 3)
+            out["fraction_of_bound"] = round(bound / max(seconds, 1e-9), 3)
+        return out
+
+    s = lambda k: m.get(f"perf/{k}_s", 0.0)  # noqa: E731
+    w = lambda k, x: m.get(f"perf/{k}_{x}", 0.0)  # noqa: E731
+    rows = []
+    prefill_tokens = w("prefill", "tokens")
+    prompts = max(1, len({e.group for e in episodes}))
+    prefill_flops = shape.forward(prefill_tokens, prompts, prefill_tokens * prefill_tokens / 2 / prompts)
+    rows.append(row("prompt prefill", s("prefill"), f"{prefill_tokens:.0f} tokens", prefill_flops))
+    steps, toks, ctx = w("decode", "steps"), w("decode", "tokens"), w("decode", "context")
+    decode_flops = shape.forward(toks, toks, ctx)
+    decode_bytes = steps * shape.weight_bytes
+    bound = max(decode_bytes / (bw * 1e9), decode_flops / (peak * 1e9))
+    work = f"{steps:.0f} steps, {toks:.0f} tokens (mean batch {toks / max(steps, 1):.1f})"
+    rows.append(row("decode", s("decode"), work, decode_flops, decode_bytes, bound))
+    rows.append(row("sampling + bookkeeping", s("sample") - s("tools"), f"{toks:.0f} tokens"))
+    chunk = w("tool_prefill", "tokens")
+    chunk_flops = shape.forward(chunk, 0, chunk * 300)
+    rows.append(row("tool-response prefill", s("tool_prefill"), f"{chunk:.0f} tokens", chunk_flops))
+    rows.append(row("tool execution", s("tools"), f"{w('tools', 'calls'):.0f} calls"))
+    rows.append(row("KV compaction", s("compact"), f"{w('compact', 'rows'):.0f} rows left"))
+    rows.append(row("reward scoring", s("score"), f"{w('score', 'episodes'):.0f} episodes"))
+    prompt = sum(len(e.prompt_ids) for e in episodes) / max(len(episodes), 1)
+    groups = len({e.group for e in episodes})
+    body_tokens = groups * prompt + sum(len(e.completion_ids) for e in episodes)
+    policy = sum(e.n_policy_tokens for e in episodes)
+    ref_flops = shape.forward(body_tokens, policy, body_tokens * prompt)
+    rows.append(row("reference pass", s("reference"), f"{body_tokens:.0f} tokens", ref_flops))
+    old = "skipped (mu = 1, or the exact sampler's log-probs)" if not s("old_logprobs") else f"{body_tokens:.0f} tokens"
+    rows.append(row("old-log-prob pass", s("old_logprobs"), old))
+    train_flops = 2 * ref_flops + 2 * shape.head * policy  # forward + backward w.r.t. activations + head recompute
+    rows.append(row("forward + backward", s("forward_backward"), f"{body_tokens:.0f} tokens", train_flops))
+    rows.append(row("optimizer step", s("optimizer"), "LoRA parameters"))
+    rows.append(row("sampler refresh", s("sampler_refresh"), ""))
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--sft-steps", type=int, default=20)
+    ap.add_argument("--engine", default="exact", choices=["exact", "int8"])
     ap.add_argument("--model", default="smollm2")
     args = ap.parse_args()
-    cfg = load_config(
-        None,
-        {
-            "model": args.model,
-            "rollout.group_size": args.group_size,
-            "rollout.max_new_tokens": args.max_new_tokens,
-            "train.prompts_per_step": 1,
-            "task_kinds": ["pct_change"],
-        },
-    )
-    model, tok, ref = build_policy(cfg)
-    trainer = GRPOTrainer(model, tok, env_for(cfg), cfg, ref)
-    rows = []
+    peak, bw = matmul_peak(), bandwidth()
+    print(json.dumps({"matmul_gflops": round(peak, 1), "bandwidth_gbs": round(bw, 2)}), flush=True)
+    cfg = load_config(DEMO, {"model": args.model, "rollout.engine": args.engine})
+    env = env_for(cfg)
+    model, tok, _ = build_policy(cfg)
+    t = cfg.train
+    sft_warm_start(model, tok, env, args.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
+    trainer = GRPOTrainer(model, tok, env, cfg)
+    shape = Shape(model)
+    steps = []
     for step in range(1, args.steps + 1):
-        m = trainer.step(step).metrics
-        rows.append({k: m[k] for k in ("perf/step_s", "perf/gen_tok_s", "perf/train_tok_s", "completion_len")})
-        print(json.dumps({"step": step, **rows[-1]}), flush=True)
-    timed = rows[1:] or rows
+        result = trainer.step(step)
+        m = result.metrics
+        steps.append({"metrics": m, "phases": phase_rows(m, result.episodes, shape, peak, bw)})
+        print(json.dumps({"step": step, "s": round(m["perf/step_s"], 1), "success": m.get("success")}), flush=True)
+    start = time.perf_counter()
+    summary, _ = evaluate(model, tok, env, cfg)
+    eval_s = time.perf_counter() - start
+    timed = steps[1:] or steps
+    phases = []
+    for i, first in enumerate(timed[0]["phases"]):
+        merged = dict(first)
+        for key in ("seconds", "gflop_s", "fraction_of_peak", "gb_s", "fraction_of_bound", "bound_seconds"):
+            if key in first:
+                merged[key] = round(sum(s["phases"][i][key] for s in timed) / len(timed), 3)
+        phases.append(merged)
+    evaluation = {"phase": "held-out evaluation", "seconds": round(eval_s, 2), "work": f"{cfg.train.eval_limit} tasks"}
+    phases.append(evaluation)
+    step_s = sum(s["metrics"]["perf/step_s"] for s in timed) / len(timed)
     result = {
         "model": args.model,
-        "G": args.group_size,
-        "max_new_tokens": args.max_new_tokens,
-        "s_per_step": sum(r["perf/step_s"] for r in timed) / len(timed),
-        "gen_tok_s": sum(r["perf/gen_tok_s"] for r in timed) / len(timed),
-        "train_tok_s": sum(r["perf/train_tok_s"] for r in timed) / len(timed),
-        "peak_rss_mb": peak_rss_mb(),
+        "engine": args.engine,
+        "config": "src/grpolab/configs/demo.toml",
+        "matmul_gflops_fp32": round(peak, 1),
+        "bandwidth_gbs": round(bw, 2),
+        "s_per_step": round(step_s, 1),
+        "steps_timed": len(timed),
+        "phases": phases,
+        "peak_rss_mb": round(peak_rss_mb()),
+        "heldout_success_after": summary["heldout/success"],
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "date": time.strftime("%Y-%m-%d"),
+        "command": "python benchmarks/step_cost.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
     }
-    result["command"] = "python benchmarks/step_cost.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-    )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "step_cost.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = "step_cost.json" if args.engine == "exact" else f"step_cost_{args.engine}.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

@@ -1,15 +1,15 @@
-"""The same GRPO step on the native engine and on TRL's GRPOTrainer, alternating in one process.
+"""The same GRPO step on the native engine (exact and int8 rollouts) and on TRL's GRPOTrainer, in one process.
 
     .venv/bin/python benchmarks/vs_trl.py [--group-size 4] [--max-new-tokens 256] [--rounds 3] [--model smollm2]
 
 Same model (SmolLM2-135M-Instruct, fp32), same finance pct_change prompt per round, same G, token budget, beta,
 learning rate and LoRA (r=16 on all linear layers), same lab reward functions. TRL is configured as well as a user
 could on this CPU: fp32 (bf16=False), no gradient checkpointing, its own generation (`model.generate`), one
-optimizer step per batch of G completions. By default both generate exactly `--max-new-tokens` tokens per episode
-(end-of-turn suppressed until then: TRL's `min_new_tokens`, the native `SamplingSettings.min_new_tokens`), so the
-two steps do the same work; `--free-length` lets episodes end early. Each round runs one TRL step, then one native
-step (a TRL callback runs the native step between TRL steps, so both see the same machine state); round 1 is
-warm-up and not counted.
+optimizer step per batch of G completions. By default every engine generates exactly `--max-new-tokens` tokens per
+episode (end-of-turn suppressed until then: TRL's `min_new_tokens`, the native `SamplingSettings.min_new_tokens`),
+so the steps do the same work; `--free-length` lets episodes end early. Each round runs one TRL step, then one
+native exact step and one native int8 step (a TRL callback runs them between TRL steps, so all see the same machine
+state); round 1 is warm-up and not counted.
 
 FLOPs per step are estimated as 2N per generated token (decoding) + 2N per prompt token (prefill) + 6N per trained
 token (policy forward and backward, reference forward), N = parameter count; the hardware limit is an fp32 matmul
@@ -19,6 +19,7 @@ measured in the same run. Writes benchmarks/results/vs_trl.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -75,26 +76,24 @@ def main() -> None:
         },
     )
     env = env_for(cfg)
-    if not args.free_length:  # both engines generate exactly T tokens per episode, so the steps do the same work
-        import dataclasses
-
-        import grpolab.engine.trainer
-
-        base_settings = grpolab.engine.trainer.sampling_settings
-        grpolab.engine.trainer.sampling_settings = lambda c, greedy=False: dataclasses.replace(
-            base_settings(c, greedy), min_new_tokens=T
-        )
     peak = matmul_gflops()
-    native_model, tok, ref = build_policy(cfg)
-    native = GRPOTrainer(native_model, tok, env, cfg, ref)
-    n_params = sum(p.numel() for p in native_model.get_base_model().parameters())
+    natives = {}
+    for engine in ("exact", "int8"):
+        engine_cfg = cfg.model_copy(deep=True)
+        engine_cfg.rollout.engine = engine
+        native_model, tok, ref = build_policy(engine_cfg)
+        natives[engine] = GRPOTrainer(native_model, tok, env, engine_cfg, ref)
+        if not args.free_length:  # every engine generates exactly T tokens per episode: the steps do the same work
+            natives[engine].sampling = dataclasses.replace(natives[engine].sampling, min_new_tokens=T)
+    native = natives["exact"]
+    n_params = sum(p.numel() for p in native.model.get_base_model().parameters())
     prompt_len = len(tok.apply_chat_template(env.messages(native.train_tasks[0]), add_generation_prompt=True))
 
     trl_model, trl_tok = load_model(args.model, seed=cfg.seed)
     trl_tok.padding_side = "left"
     rows = [{"prompt": env.messages(t), "task_id": t.id} for t in native.train_tasks]
     funcs, weights = reward_functions(env, cfg)
-    times: dict[str, list[dict]] = {"trl": [], "native": []}
+    times: dict[str, list[dict]] = {"trl": [], "native": [], "native_int8": []}
 
     class Alternate(TrainerCallback):
         t0 = 0.0
@@ -107,20 +106,14 @@ def main() -> None:
             log = trainer._metrics["train"]
             n_comp = G * log["completions/mean_length"][-1]
             times["trl"].append({"s": dt, "completion_tokens": n_comp})
-            m = native.step(state.global_step).metrics
-            times["native"].append({"s": m["perf/step_s"], "completion_tokens": G * m["completion_len"]})
-            print(
-                json.dumps(
-                    {
-                        "round": state.global_step,
-                        "trl_s": round(dt, 2),
-                        "trl_tokens": n_comp,
-                        "native_s": round(m["perf/step_s"], 2),
-                        "native_tokens": G * m["completion_len"],
-                    }
-                ),
-                flush=True,
-            )
+            line = {"round": state.global_step, "trl_s": round(dt, 2), "trl_tokens": n_comp}
+            for engine, key in (("exact", "native"), ("int8", "native_int8")):
+                m = natives[engine].step(state.global_step).metrics
+                times[key].append(
+                    {"s": m["perf/step_s"], "completion_tokens": G * m["completion_len"], "mismatch": m["mismatch/kl"]}
+                )
+                line[f"{key}_s"] = round(m["perf/step_s"], 2)
+            print(json.dumps(line), flush=True)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -180,6 +173,10 @@ def main() -> None:
 
     result = {
         "native": summary(times["native"]),
+        "native_int8": {
+            **summary(times["native_int8"]),
+            "sampler_kl": sum(r["mismatch"] for r in times["native_int8"][1:]) / max(len(times["native_int8"]) - 1, 1),
+        },
         "trl": summary(times["trl"]),
         "setting": {
             "model": args.model,
@@ -193,7 +190,7 @@ def main() -> None:
             "trl_version": __import__("trl").__version__,
         },
         "matmul_gflops_fp32": peak,
-        "peak_rss_mb_both": peak_rss_mb(),
+        "peak_rss_mb_all": peak_rss_mb(),
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "date": time.strftime("%Y-%m-%d"),
@@ -208,6 +205,7 @@ def main() -> None:
     result["ratio_trl_over_native_per_token"] = (
         result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]
     )
+    result["ratio_trl_over_native_int8_per_step"] = result["trl"]["s_per_step"] / result["native_int8"]["s_per_step"]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "vs_trl.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpolab.engine.grpo import AGGREGATIONS, clipped_surrogate, group_advantages, grpo_loss, k3_kl, token_entropy
+from grpolab.engine.grpo import AGGREGATIONS, clipped_surrogate, group_advantages, grpo_loss, k3_kl
 
 
 def test_group_advantages_by_hand():
@@ -59,7 +59,3 @@ def test_equal_rewards_give_zero_policy_gradient():
     loss, stats = grpo_loss(logp, logp.detach(), None, adv, torch.ones(3, 5), 0.0, 0.2, 0.2)
     loss.backward()
     assert torch.all(logp.grad == 0) and stats.policy_loss == 0
-
-
-def test_entropy_of_uniform():
-    assert token_entropy(torch.zeros(1, 1, 8)).item() == pytest.approx(math.log(8))

@@ -37,7 +37,7 @@ def test_fabricated_response_gets_no_completion(finance, acme):
     )
     s = score(finance, acme, text)
     assert s.components["completion"] == 0.0 and "fabricated" in s.reasons["completion"]
-    assert s.components["format"] == 0.75
+    assert s.components["format"] == 0.5 and "differs from the real one" in s.reasons["format"]  # and no thought
 
 
 def test_response_with_no_call_is_fabricated(finance, acme):
@@ -50,7 +50,7 @@ def test_response_with_no_call_is_fabricated(finance, acme):
 def test_confident_answer_without_tools_is_not_grounded(finance, acme):
     s = score(finance, acme, "ACME's stock changed by 14.17% in Q3.")
     assert s.components["completion"] == 0.0 and "not grounded" in s.reasons["completion"]
-    assert s.components["schema"] == 0.0 and s.components["format"] == 1.0
+    assert s.components["schema"] == 0.0 and s.components["format"] == 0.25
 
 
 def test_hedged_answer_gets_no_completion(finance, acme):
@@ -95,3 +95,27 @@ def test_zero_weight_components_are_still_computed(finance, acme):
     s = score(finance, acme, finance.reference_transcript(acme), weights={"format": 0, "completion": 0})
     assert s.total == 0 and s.components["format"] == s.components["completion"] == 1.0
     assert s.breakdown.startswith("F:+0.0 | S:+0.0 | C:+0.0 | L:")
+
+
+def test_format_pays_for_the_protocol_not_for_ignoring_it(finance, acme):
+    """Free text earns at most 0.5; a well-formed structure around nothing earns full format credit (the lesson)."""
+    free = score(finance, acme, "I think ACME went up, roughly 15%.")
+    assert free.components["format"] <= 0.5 and "does not open with a <thought>" in free.reasons["format"]
+    dummy = (
+        render_thought("...")
+        + render_tool_call("calculator", {"expression": "1+1"})
+        + render_tool_response({"result": 2})
+        + "Done."
+    )
+    assert score(finance, acme, dummy).components["format"] == 1.0
+    honest = score(finance, acme, finance.reference_transcript(acme))
+    assert honest.components["format"] == 1.0 and honest.total > score(finance, acme, dummy).total
+    unclosed = render_thought("let me see") + "<tool_call>\n{\"name\": \"calculator\""
+    assert score(finance, acme, unclosed).components["format"] <= 0.5
+
+
+def test_references_round_inside_the_calculator(finance):
+    """The references compute the rounded result with the tool, so imitation never truncates (-11.17 for -11.18)."""
+    for task in finance.tasks("heldout"):
+        name, args = task.reference_calls[-1]
+        assert name == "calculator" and args["expression"].startswith("round(") and args["expression"].endswith(", 2)")

@@ -48,13 +48,19 @@ def test_honest_reward_drives_success_up(profiles):
 
 
 def test_warning_format_weight_without_completion_raises_dummy_tag_mass(profiles):
-    it = run(profiles, {"format": 5.0, "schema": 0.0, "completion": 0.0, "length": -0.05})
+    weights = {"format": 5.0, "schema": 0.0, "completion": 0.0, "length": -0.05}
+    result = simulate(profiles, DEFAULT_PRIOR, settings(weights))
+    it = result["iterations"]
     assert it[-1]["hack_mass"] > 0.8 and it[-1]["success"] < it[0]["success"]
+    assert result["classes"]["dummy_tags"]["final"] > 0.5  # the dummy-tag class takes over
+    assert "reward hacking" in result["warnings"][0] and "dummy_tags" in result["warnings"][0]
+    assert simulate(profiles, DEFAULT_PRIOR, settings())["warnings"] == []
 
 
-def test_warning_huge_length_penalty_skips_reasoning_and_calls(profiles):
+def test_warning_huge_length_penalty_skips_the_work(profiles):
+    """A severe verbosity penalty pays the shortest classes (a bare call, no reasoning, no answer) over solving."""
     it = run(profiles, {**DEFAULT, "length": -10.0})
-    assert it[-1]["tool_call_prob"] < it[0]["tool_call_prob"] / 2
+    assert it[-1]["success"] < 0.1 < 0.8 < run(profiles)[-1]["success"]
 
 
 def test_warning_large_beta_barely_moves(profiles):

@@ -47,6 +47,10 @@ class RolloutConfig(_Section):
     """Sampling temperature for training rollouts (evaluation is greedy)."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling for training rollouts."""
+    engine: Literal["exact", "int8"] = "exact"
+    """exact: rollouts sample from the policy itself; int8: from a copy whose base weights are int8 (weight-only,
+    the LoRA adapters in fp32, refreshed every step), about 4x less memory traffic per decoded token; the loss
+    corrects the mismatch with truncated importance sampling (grpo.is_cap) and logs it (mismatch/*)."""
 
 
 class GRPOConfig(_Section):
@@ -64,6 +68,11 @@ class GRPOConfig(_Section):
     """Divide advantages by the group's std (GRPO); False is Dr. GRPO's unscaled advantage."""
     mu: int = Field(1, ge=1)
     """Update epochs over each batch of rollouts (with mu=1 the ratio is 1 and clipping never binds)."""
+    is_cap: float = Field(2.0, gt=1)
+    """Cap of the token-level truncated importance weights that correct rollouts sampled by another copy (int8)."""
+    kl_metric: bool = True
+    """Measure the KL to the reference even when beta = 0 (one extra forward pass per step; with beta > 0 it is
+    always computed)."""
     kl_bound: float = Field(0.12, gt=0)
     """Stability bound for the mean KL; passing it is flagged."""
     max_grad_norm: float = Field(1.0, gt=0)

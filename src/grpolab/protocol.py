@@ -181,13 +181,18 @@ PROTOCOL_INSTRUCTIONS = """You can call tools. To call one, write exactly:
 {"name": "TOOL_NAME", "arguments": {...}}
 </tool_call>
 Then stop. The tool's result comes back as <tool_response>...</tool_response>. Never write <tool_response> yourself.
-You may think first inside <thought>...</thought>. When you have the result, write the final answer as plain text."""
+{thought} When you have the result, write the final answer as plain text."""
+THOUGHT_REQUIRED = "Start every turn with your reasoning inside <thought>...</thought>."
+THOUGHT_OPTIONAL = "You may think first inside <thought>...</thought>."
 
 
-def render_system_prompt(tool_schemas: list[dict[str, Any]], task_instructions: str, example: str = "") -> str:
+def render_system_prompt(
+    tool_schemas: list[dict[str, Any]], task_instructions: str, example: str = "", thought_required: bool = True
+) -> str:
     """The system prompt: the task instructions, the protocol, the tools as JSON schemas and an optional example."""
     tools = "\n".join(json.dumps(s["function"] if "function" in s else s) for s in tool_schemas)
-    parts = [task_instructions.strip(), PROTOCOL_INSTRUCTIONS, f"Tools:\n{tools}"]
+    protocol = PROTOCOL_INSTRUCTIONS.replace("{thought}", THOUGHT_REQUIRED if thought_required else THOUGHT_OPTIONAL)
+    parts = [task_instructions.strip(), protocol, f"Tools:\n{tools}"]
     if example:
         parts.append(f"Example:\n{example.strip()}")
     return "\n\n".join(parts)

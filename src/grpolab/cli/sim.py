@@ -84,6 +84,8 @@ def simulate(
         f"after {steps} steps: reward {last['reward/mean']:+.2f}, kl {last['kl']:.3f}, "
         f"tool_call_prob {last['tool_call_prob']:.0%}, hack_mass {last['hack_mass']:.0%}, success {last['success']:.0%}"
     )
+    for warning in result["warnings"]:
+        console.print(f"[bold red]WARNING: {warning}[/bold red]")
     if "sim_to_real" in result:
         gap = {k: round(v, 3) for k, v in result["sim_to_real"].items()}
         fit = result["sim_to_real_fitted"]

@@ -4,9 +4,13 @@
     ratio_t  = exp(logp_t - logp_old_t)
     L_clip_t = -min(ratio_t * A, clip(ratio_t, 1 - eps_lo, 1 + eps_hi) * A)
     KL_t     = exp(ref_t - logp_t) - (ref_t - logp_t) - 1        k3 estimator (Schulman, "Approximating KL")
-    loss     = aggregate(L_clip_t + beta * KL_t) over policy tokens only (mask 1)
+    w_t      = min(exp(logp_old_t - logp_sampler_t), C)           truncated importance sampling (TIS), when the
+                                                                   rollout sampled from another copy (int8)
+    loss     = aggregate(w_t * L_clip_t + beta * KL_t) over policy tokens only (mask 1)
 
-Shapes: B episodes, T completion positions. Everything here is pure: no model, no I/O.
+Shapes: B episodes, T completion positions. Everything here is pure: no model, no I/O. TIS follows Yao et al.,
+"Your efficient RL framework secretly brings you off-policy RL training" (2025), as TRL, verl and SkyRL apply it:
+token-level weights, detached, capped at C.
 """
 
 from __future__ import annotations
@@ -42,6 +46,22 @@ def clipped_surrogate(
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
     loss = -torch.min(unclipped, clipped)
     return loss, (clipped < unclipped)
+
+
+def truncated_is_weights(old_logp: Tensor, sampler_logp: Tensor, cap: float) -> Tensor:
+    """(B, T) importance weights min(pi_old / pi_sampler, cap), detached: the sampler's mismatch, corrected."""
+    return torch.exp(old_logp - sampler_logp).clamp(max=cap).detach()
+
+
+def sampler_mismatch(trainer_logp: Tensor, sampler_logp: Tensor, mask: Tensor) -> tuple[float, float]:
+    """(k3 estimate of KL(sampler || trainer), fraction of tokens whose ratio pi_trainer / pi_sampler leaves
+    [0.9, 1.1]) over mask-1 tokens; tokens were sampled from the sampler."""
+    log_ratio = (trainer_logp - sampler_logp).detach()
+    n = mask.sum().clamp(min=1)
+    kl = ((torch.exp(log_ratio) - log_ratio - 1) * mask).sum() / n
+    ratio = torch.exp(log_ratio)
+    outside = (((ratio < 0.9) | (ratio > 1.1)).to(mask.dtype) * mask).sum() / n
+    return float(kl), float(outside)
 
 
 Aggregation = Callable[[Tensor, Tensor, int], Tensor]
@@ -84,11 +104,14 @@ def grpo_loss(
     eps_high: float,
     loss_type: str = "grpo",
     max_tokens: int = 1,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, LossStats]:
     """The full objective. `mask` (B, T) is 1 on policy tokens: tool output and padding contribute nothing."""
     mask = mask.to(logp.dtype)
     aggregate = AGGREGATIONS[loss_type]
     policy, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
+    if is_weights is not None:
+        policy = policy * is_weights
     per_token = policy
     kl_mean = torch.zeros(())
     if ref_logp is not None and beta > 0:
@@ -105,9 +128,3 @@ def grpo_loss(
         clip_frac=float((clipped.to(mask.dtype) * mask).sum() / n),
     )
     return loss, stats
-
-
-def token_entropy(logits: Tensor) -> Tensor:
-    """(B, T, V) logits -> (B, T) entropy of the next-token distribution."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)

@@ -75,6 +75,9 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     run.write_json("preflight.json", probes)
     for line in probes["gameable"]:
         progress.note(line)
+    iso = probes.get("isolation")
+    if iso and iso["level"] != "strong":
+        progress.note(f"WARNING: model-written code runs with WEAK isolation: {iso['summary']}")
     if cfg.train.sft_steps <= 0:
         return
     model, tokenizer, reference = build_policy(cfg)

@@ -3,23 +3,31 @@
 Each episode keeps the token ids exactly as generated; tool responses are tokenised on their own and appended with
 mask 0. The transcript is never re-tokenised between turns (that drift would break the importance ratio).
 
-Departure from a single `generate` call: we run our own decode loop so that each sequence can stop at
-`</tool_call>` or end of turn independently, and so that we keep the sampling policy's per-token log-probs. Each
-turn starts with a fresh prefill of the whole context (prompt + everything so far) as one batched forward; the
-KV cache is reused within a turn. Reusing it across turns would need ragged cache surgery, and on this CPU the
-prefill is a small share of the cost (it is one batched matmul per layer, decoding is one per token).
+Departure from a `generate` call: our own decode loop, so that each episode can stop at `</tool_call>` or end of
+turn on its own, and so that we keep the sampling policy's per-token log-probs. The loop is built for a memory-bound
+CPU (one decode step reads every weight once, whatever the batch), using `grpolab.engine.decoder`:
+- every episode of a step (prompts x G) decodes in one batch; each prompt is prefilled once and forked G times;
+- an episode that finishes leaves the batch (its KV rows are dropped), so the batch shrinks instead of feeding pad
+  tokens, and sampling and log-softmax run on live rows only;
+- a tool response enters as one chunk fed to the rows that made a call, not one forced token per decode step;
+- the end of a tool call is detected on token ids: each id's text is looked up once, and only tokens that can end
+  `</tool_call>` trigger a check of the episode's text tail.
+Models the fast decoder does not support decode one episode at a time through `model.forward` (same results).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from grpolab.config import LabConfig
+from grpolab.engine.decoder import FastDecoder, supports
+from grpolab.engine.phases import NO_PHASES, Phases
 from grpolab.envs.base import Environment, Task
 from grpolab.models import cache_keyword, cache_of
 from grpolab.protocol import TOOL_CALL_CLOSE, parse_transcript, render_tool_response
@@ -43,6 +51,10 @@ class Episode:
     stop_reason: str = ""
     score: Score | None = None
     text: str = ""
+    turn_start: int = 0
+    """Index in completion_ids where the current policy turn began."""
+    tail: str = ""
+    """The last characters of the policy's text (where `</tool_call>` is looked for)."""
 
     @property
     def n_policy_tokens(self) -> int:
@@ -83,16 +95,91 @@ def prompt_ids(tokenizer: Any, env: Environment, task: Task) -> list[int]:
     return tokenizer(text, add_special_tokens=False).input_ids
 
 
-def _sample_next(logits: torch.Tensor, s: SamplingSettings, generator: torch.Generator | None) -> torch.Tensor:
-    """(B, V) logits -> (B,) token ids."""
+Choose = Callable[[list["Episode"], Tensor], tuple[Tensor, Tensor]]
+"""(live episodes, their (R, V) logits) -> next ids (R,) and their log-probs (R,)."""
+
+
+def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """(R, V) logits -> sampled ids (R,) and their log-probs under the sampling distribution (R,)."""
+    scaled = logits if s.greedy else logits / s.temperature
+    logp = torch.log_softmax(scaled, dim=-1)
     if s.greedy:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits / s.temperature, dim=-1)
-    if s.top_p < 1.0:
-        sorted_p, idx = probs.sort(dim=-1, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < s.top_p
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        ids = logits.argmax(dim=-1)
+    else:
+        probs = logp.exp()
+        if s.top_p < 1.0:
+            sorted_p, idx = probs.sort(dim=-1, descending=True)
+            keep = sorted_p.cumsum(-1) - sorted_p < s.top_p
+            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
+        ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
+
+
+class _Turns:
+    """What happens after each sampled token: stop, go on, or run the tool call the token just closed."""
+
+    def __init__(self, tokenizer: Any, env: Environment, s: SamplingSettings, phases: Phases = NO_PHASES):
+        self.tokenizer, self.env, self.s, self.phases = tokenizer, env, s, phases
+        self.stops = stop_token_ids(tokenizer)
+        self.pieces: dict[int, str] = {}
+        self.close_char = TOOL_CALL_CLOSE[-1]
+
+    def piece(self, token: int) -> str:
+        text = self.pieces.get(token)
+        if text is None:
+            text = self.pieces[token] = self.tokenizer.decode([token])
+        return text
+
+    def after(self, e: Episode, token: int, logprob: float) -> list[int]:
+        """Record a sampled token; the ids to feed next: [token], [token, *tool response], or [] when done."""
+        e.completion_ids.append(token)
+        e.mask.append(1)
+        e.logprobs.append(logprob)
+        if token in self.stops:
+            e.done, e.stop_reason = True, "eos"
+            return []
+        piece = self.piece(token)
+        e.tail = (e.tail + piece)[-len(TOOL_CALL_CLOSE) - 8 :]
+        if self.env.executes_tools and self.close_char in piece and TOOL_CALL_CLOSE in e.tail:
+            response = self._respond(e)
+            if response is None:
+                return []
+            e.completion_ids += response
+            e.mask += [0] * len(response)
+            e.logprobs += [0.0] * len(response)
+            e.turn_start, e.tail = len(e.completion_ids), ""
+            return [token, *response]
+        if e.n_policy_tokens >= self.s.max_new_tokens:
+            e.done, e.stop_reason = True, "budget"
+            return []
+        return [token]
+
+    def _respond(self, e: Episode) -> list[int] | None:
+        """The model closed a tool call: execute it and return the response tokens, or end the episode."""
+        if e.turns >= self.s.max_turns:
+            e.done, e.stop_reason = True, "turn_limit"
+            return None
+        if e.n_policy_tokens >= self.s.max_new_tokens:
+            e.done, e.stop_reason = True, "budget"
+            return None
+        turn = [t for t in e.completion_ids[e.turn_start :] if t not in self.stops]
+        parsed = parse_transcript(self.tokenizer.decode(turn))
+        call = parsed.calls[-1] if parsed.calls else None
+        if call is None:  # `</tool_call>` closed something that was not an open call: nothing to execute
+            e.done, e.stop_reason = True, "stray_close"
+            return None
+        with self.phases("tools", calls=1):
+            response = respond_to_call(self.env.toolbox_for(e.task), call)
+        e.tool_errors += "error" in response
+        e.turns += 1
+        return self.tokenizer(render_tool_response(response), add_special_tokens=False).input_ids
+
+
+def _suppress_stops(logits: Tensor, episodes: list[Episode], turns: _Turns, s: SamplingSettings) -> None:
+    short = [i for i, e in enumerate(episodes) if e.n_policy_tokens < s.min_new_tokens]
+    if short:
+        rows = torch.tensor(short, device=logits.device)[:, None]
+        logits[rows, torch.tensor(sorted(turns.stops), device=logits.device)] = -math.inf
 
 
 @torch.no_grad()
@@ -104,108 +191,101 @@ def run_episodes(
     group_size: int,
     s: SamplingSettings,
     generator: torch.Generator | None = None,
+    phases: Phases = NO_PHASES,
+    choose: Choose | None = None,
 ) -> list[Episode]:
     """Sample `group_size` episodes per task (ordered by group), executing tool calls as they are made.
 
-    Each task's prompt is prefilled once and its KV cache repeated for the group. Tool responses are fed back as
-    forced tokens (mask 0) through the same cache, so an episode is one continuous decode, never re-prefilled.
-    """
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    stops = stop_token_ids(tokenizer)
+    `choose` picks the live episodes' next tokens from their logits (default: `sample_next` with `s`); forced
+    decoding (teacher forcing a known transcript through the engine, as the tests do) passes its own."""
     prompts = [prompt_ids(tokenizer, env, t) for t in tasks]
-    episodes = [
-        Episode(task=t, group=g, prompt_ids=p)
-        for g, (t, p) in enumerate(zip(tasks, prompts))
-        for _ in range(group_size)
-    ]
-    U, L = len(prompts), max(len(p) for p in prompts)
-    input_ids = torch.full((U, L), pad, dtype=torch.long, device=device)  # (U, L), left-padded
-    attention = torch.zeros((U, L), dtype=torch.long, device=device)
-    for i, p in enumerate(prompts):
-        input_ids[i, L - len(p) :] = torch.tensor(p, device=device)
-        attention[i, L - len(p) :] = 1
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
-    cache_kw, cache = cache_keyword(model), cache_of(out)
-    cache.batch_repeat_interleave(group_size)
-    logits = out.logits[:, -1, :].float().repeat_interleave(group_size, dim=0)  # (B, V)
-    attention = attention.repeat_interleave(group_size, dim=0)  # (B, L)
-    next_pos = positions[:, -1].repeat_interleave(group_size) + 1  # (B,)
-    forced: list[deque[int]] = [deque() for _ in episodes]
-    turn_start = [0] * len(episodes)  # index in completion_ids where the current policy turn began
-    stop_list = sorted(stops)
-    while not all(e.done for e in episodes):
-        if s.min_new_tokens:
-            short = torch.tensor([e.n_policy_tokens < s.min_new_tokens for e in episodes], device=device)
-            logits[short.nonzero(as_tuple=True)[0][:, None], torch.tensor(stop_list, device=device)] = -math.inf
-        sampled = _sample_next(logits, s, generator)  # (B,)
-        logp = torch.log_softmax(logits / (1.0 if s.greedy else s.temperature), dim=-1)
-        sampled_lp = logp.gather(-1, sampled[:, None]).squeeze(-1).tolist()
-        feed = [pad] * len(episodes)
-        for i, e in enumerate(episodes):
-            if e.done:
-                continue
-            if forced[i]:
-                t = forced[i].popleft()
-                e.completion_ids.append(t)
-                e.mask.append(0)
-                e.logprobs.append(0.0)
-                feed[i] = t
-                if not forced[i]:
-                    turn_start[i] = len(e.completion_ids)
-                continue
-            t = int(sampled[i])
-            e.completion_ids.append(t)
-            e.mask.append(1)
-            e.logprobs.append(sampled_lp[i])
-            feed[i] = t
-            if t in stops:
-                e.done, e.stop_reason = True, "eos"
-            elif env.executes_tools and TOOL_CALL_CLOSE in tokenizer.decode(e.completion_ids[-8:]):
-                response = _respond(e, turn_start[i], env, tokenizer, s, stops)
-                if response is not None:
-                    forced[i].extend(response)
-            elif e.n_policy_tokens >= s.max_new_tokens:
-                e.done, e.stop_reason = True, "budget"
-        if all(e.done for e in episodes):
-            break
-        live = torch.tensor([not e.done for e in episodes], device=device)
-        attention = torch.cat([attention, live.long()[:, None]], dim=1)
-        out = model(
-            input_ids=torch.tensor(feed, device=device)[:, None],
-            attention_mask=attention,
-            position_ids=next_pos[:, None],
-            use_cache=True,
-            **{cache_kw: cache},
-        )
-        cache, logits = cache_of(out), out.logits[:, -1, :].float()
-        next_pos = next_pos + 1
+    episodes = [Episode(t, g, p) for g, (t, p) in enumerate(zip(tasks, prompts)) for _ in range(group_size)]
+    turns = _Turns(tokenizer, env, s, phases)
+    if supports(model):
+        _decode_batched(FastDecoder(model), episodes, prompts, group_size, turns, s, generator, phases, choose)
+    else:
+        for e in episodes:
+            _decode_one(model, e, turns, s, generator, choose)
     for e in episodes:
         e.text = episode_text(tokenizer, e)
     return episodes
 
 
-def _respond(
-    e: Episode, turn_start: int, env: Environment, tokenizer: Any, s: SamplingSettings, stops: set[int]
-) -> list[int] | None:
-    """The model closed a tool call: execute it and return the response tokens, or end the episode."""
-    if e.turns >= s.max_turns:
-        e.done, e.stop_reason = True, "turn_limit"
-        return None
-    if e.n_policy_tokens >= s.max_new_tokens:
-        e.done, e.stop_reason = True, "budget"
-        return None
-    turn_text = tokenizer.decode([t for t in e.completion_ids[turn_start:] if t not in stops])
-    parsed = parse_transcript(turn_text)
-    call = parsed.calls[-1] if parsed.calls else None
-    if call is None:  # `</tool_call>` closed something that was not an open call: nothing to execute
-        e.done, e.stop_reason = True, "stray_close"
-        return None
-    response = respond_to_call(env.toolbox_for(e.task), call)
-    e.tool_errors += "error" in response
-    e.turns += 1
-    return tokenizer(render_tool_response(response), add_special_tokens=False).input_ids
+def _decode_batched(
+    dec: FastDecoder,
+    episodes: list[Episode],
+    prompts: list[list[int]],
+    group_size: int,
+    turns: _Turns,
+    s: SamplingSettings,
+    generator: torch.Generator | None,
+    phases: Phases,
+    choose: Choose | None = None,
+) -> None:
+    device = dec.param.device
+    kv = dec.new_cache(len(prompts))
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long, device=device)  # right-padded prompts
+    for i, p in enumerate(prompts):
+        ids[i, : len(p)] = torch.tensor(p, device=device)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    with phases("prefill", tokens=int(lengths.sum()), padded=ids.numel()):
+        hidden = dec.feed(kv, ids, lengths)  # one prefill per prompt...
+        fork = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
+        kv.keep(fork)  # ...forked into its G episodes
+        logits = dec.logits(hidden).index_select(0, fork)  # (B, V)
+    live = list(range(len(episodes)))  # episode index of each buffer row
+    while live:
+        rows = [episodes[i] for i in live]
+        with phases("sample", tokens=len(rows)):
+            if s.min_new_tokens:
+                _suppress_stops(logits, rows, turns, s)
+            sampled, logp = choose(rows, logits) if choose else sample_next(logits, s, generator)
+            feeds = [turns.after(e, t, lp) for e, t, lp in zip(rows, sampled.tolist(), logp.tolist())]
+        going = [r for r, f in enumerate(feeds) if f]
+        if len(going) < len(live):  # finished episodes leave the batch
+            with phases("compact", rows=len(live) - len(going)):
+                kv.keep(torch.tensor(going, dtype=torch.long, device=device))
+            live, feeds = [live[r] for r in going], [feeds[r] for r in going]
+        if not live:
+            break
+        long = [r for r, f in enumerate(feeds) if len(f) > 1]
+        if long:  # tool responses: all but their last token as one chunk, fed to just those rows
+            chunk = [feeds[r][:-1] for r in long]
+            n = max(len(c) for c in chunk)
+            ids = torch.zeros((len(long), n), dtype=torch.long, device=device)
+            for j, c in enumerate(chunk):
+                ids[j, : len(c)] = torch.tensor(c, device=device)
+            counts = torch.tensor([len(c) for c in chunk], device=device)
+            with phases("tool_prefill", tokens=int(counts.sum()), padded=ids.numel()):
+                dec.feed(kv, ids, counts, rows=torch.tensor(long, device=device))
+        last = torch.tensor([f[-1] for f in feeds], device=device)[:, None]  # (R, 1)
+        with phases("decode", tokens=len(live), steps=1, context=int(kv.lengths.sum())):
+            logits = dec.logits(dec.feed(kv, last, torch.ones(len(live), dtype=torch.long, device=device)))
+
+
+def _decode_one(
+    model: Any,
+    e: Episode,
+    turns: _Turns,
+    s: SamplingSettings,
+    generator: torch.Generator | None,
+    choose: Choose | None = None,
+) -> None:
+    """One episode through `model.forward` with transformers' own cache (any architecture)."""
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.tensor([e.prompt_ids], device=device), use_cache=True, logits_to_keep=1)
+    keyword = cache_keyword(model)
+    while True:
+        logits = out.logits[:, -1, :].float()
+        if s.min_new_tokens:
+            _suppress_stops(logits, [e], turns, s)
+        sampled, logp = choose([e], logits) if choose else sample_next(logits, s, generator)
+        feed = turns.after(e, int(sampled), float(logp))
+        if not feed:
+            return
+        ids = torch.tensor([feed], device=device)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{keyword: cache_of(out)})
 
 
 def episode_text(tokenizer: Any, e: Episode) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from grpolab.engine.logprobs import make_batch, token_stats
+from grpolab.engine.logprobs import make_batch, token_logprobs
 from grpolab.engine.rollout import prompt_ids
 from grpolab.envs.base import Environment, Task
 
@@ -50,9 +50,9 @@ def sft_warm_start(
         batch_tasks = rng.sample(tasks, min(batch_size, len(tasks)))
         prompts, comps, masks = zip(*(reference_tokens(tokenizer, env, t) for t in batch_tasks))
         batch = make_batch(list(prompts), list(comps), list(masks), pad)
-        stats = token_stats(model, batch, with_entropy=False)
-        mask = batch.mask.to(stats.logp.device)
-        loss = -(stats.logp * mask).sum() / mask.sum().clamp(min=1)
+        logp = token_logprobs(model, batch)
+        mask = batch.mask.to(logp.device)
+        loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -4,6 +4,12 @@
 and the run directory are the loop's. Prompts and sampling seeds are derived from (seed, step), so a resumed run
 redoes a step exactly as the killed run would have. A step whose rewards or loss are not finite is skipped (no
 update) and recorded as skipped.
+
+No pass runs whose result is unused: the reference forward only when beta > 0 or the KL is asked for
+(`grpo.kl_metric`); no old-log-prob forward with an exact sampler (the rollout recorded them, and with mu = 1 the
+ratio is 1 by construction). With `rollout.engine = "int8"` the rollout comes from a lighter copy: its log-probs
+are the behaviour policy's, the loss weights each token by the truncated importance ratio, and the mismatch is
+logged as `mismatch/kl` and `mismatch/ratio_out`.
 """
 
 from __future__ import annotations
@@ -11,19 +17,21 @@ from __future__ import annotations
 import math
 import random
 import resource
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from grpolab.config import LabConfig
-from grpolab.engine.grpo import group_advantages, grpo_loss
-from grpolab.engine.logprobs import group_token_stats
+from grpolab.engine.grpo import group_advantages, grpo_loss, sampler_mismatch, truncated_is_weights
+from grpolab.engine.logprobs import TokenStats, group_token_stats
+from grpolab.engine.phases import Phases
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
+from grpolab.engine.sampler import make_sampler
 from grpolab.envs.base import Environment, Task
-from grpolab.metrics import episode_metrics, group_stats, mean
+from grpolab.metrics import episode_metrics, group_stats
 from grpolab.rewards.score import score_episodes
 
 MICRO_BATCH = 8
@@ -47,6 +55,33 @@ def step_generator(cfg: LabConfig, step: int, attempt: int = 0) -> torch.Generat
 class StepResult:
     metrics: dict[str, Any]
     episodes: list[Episode] = field(default_factory=list)
+    phases: Phases | None = None
+
+
+@dataclass
+class _Chunk:
+    """The episodes of one forward/backward, with everything the loss needs that does not change across epochs."""
+
+    index: list[int]
+    episodes: list[Episode]
+    ref: Tensor | None = None
+    old: Tensor | None = None
+    sampler: Tensor | None = None
+    tokens: float = 0.0
+
+
+@dataclass
+class _Totals:
+    """Update diagnostics, accumulated beside the loss they describe (token-weighted over a step's chunks)."""
+
+    loss: float = 0.0
+    policy_loss: float = 0.0
+    kl: float = 0.0
+    clip_frac: float = 0.0
+    entropy: float = 0.0
+    mismatch_kl: float = 0.0
+    mismatch_out: float = 0.0
+    mass: list[float] = field(default_factory=list)
 
 
 class GRPOTrainer:
@@ -60,19 +95,25 @@ class GRPOTrainer:
         self.train_tasks = env.tasks("train")
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.tool_token = tokenizer("<tool_call>", add_special_tokens=False).input_ids[0]
+        self.sampler = make_sampler(model, cfg.rollout.engine)
+        self.sampling = sampling_settings(cfg)
+        """How rollouts sample (from `rollout.*`; benchmarks set `min_new_tokens` for equal-length steps)."""
 
     # ---- rollouts ----
 
-    def collect(self, step: int) -> tuple[list[Episode], int, int]:
+    def collect(self, step: int, phases: Phases) -> tuple[list[Episode], int, int]:
         """Sample groups; with dynamic filtering, drop or resample groups whose rewards are all equal."""
         cfg, G = self.cfg, self.cfg.rollout.group_size
         kept: list[Episode] = []
         dropped = resampled = 0
+        with phases("sampler_refresh"):
+            self.sampler.refresh()
         for attempt in range(3 if cfg.grpo.dynamic_filter == "resample" else 1):
             tasks = step_prompts(self.train_tasks, cfg, step, attempt)
             gen = step_generator(cfg, step, attempt)
-            eps = run_episodes(self.model, self.tokenizer, self.env, tasks, G, sampling_settings(cfg), gen)
-            score_episodes(self.env, eps, cfg.reward.weights, cfg.reward.length_unit)
+            eps = run_episodes(self.sampler.model, self.tokenizer, self.env, tasks, G, self.sampling, gen, phases)
+            with phases("score", episodes=len(eps)):
+                score_episodes(self.env, eps, cfg.reward.weights, cfg.reward.length_unit)
             for g in range(len(tasks)):
                 group = eps[g * G : (g + 1) * G]
                 if cfg.grpo.dynamic_filter != "off" and len({e.score.total for e in group}) == 1:
@@ -88,103 +129,138 @@ class GRPOTrainer:
 
     # ---- the update ----
 
-    def _chunks(self, episodes: list[Episode]) -> list[list[int]]:
-        """Indices of episodes sharing a prompt (a group), at most MICRO_BATCH per chunk."""
-        chunks: list[list[int]] = []
+    def _chunks(self, episodes: list[Episode]) -> list[_Chunk]:
+        """Episodes sharing a prompt (a group), at most MICRO_BATCH per chunk."""
+        chunks: list[_Chunk] = []
         for i, e in enumerate(episodes):
-            prev = episodes[chunks[-1][-1]] if chunks else None
-            if prev is not None and prev.group == e.group and len(chunks[-1]) < MICRO_BATCH:
-                chunks[-1].append(i)
+            last = chunks[-1] if chunks else None
+            if last is not None and last.episodes[-1].group == e.group and len(last.index) < MICRO_BATCH:
+                last.index.append(i)
+                last.episodes.append(e)
             else:
-                chunks.append([i])
+                chunks.append(_Chunk([i], [e]))
+        for c in chunks:
+            c.tokens = float(sum(e.n_policy_tokens for e in c.episodes))
         return chunks
 
-    def _stats(self, model: Any, episodes: list[Episode], with_entropy: bool = True):
+    def _stats(self, model: Any, episodes: list[Episode], with_entropy: bool = True) -> tuple[TokenStats, Tensor]:
         e0 = episodes[0]
-        return group_token_stats(
-            model,
-            e0.prompt_ids,
-            [e.completion_ids for e in episodes],
-            [e.mask for e in episodes],
-            self.pad,
-            self.cfg.rollout.temperature,
-            with_entropy,
-        )
+        completions, masks = [e.completion_ids for e in episodes], [e.mask for e in episodes]
+        temperature = self.cfg.rollout.temperature
+        return group_token_stats(model, e0.prompt_ids, completions, masks, self.pad, temperature, with_entropy)
 
-    def _reference_logp(self, episodes: list[Episode]) -> torch.Tensor:
-        with torch.no_grad():
-            if self.reference is not None:
-                return self._stats(self.reference, episodes, False)[0].logp
-            with self.model.disable_adapter():
-                return self._stats(self.model, episodes, False)[0].logp
+    @torch.no_grad()
+    def _reference_logp(self, episodes: list[Episode]) -> Tensor:
+        if self.reference is not None:
+            return self._stats(self.reference, episodes, False)[0].logp
+        with self.model.disable_adapter():
+            return self._stats(self.model, episodes, False)[0].logp
 
-    def update(self, episodes: list[Episode], advantages: torch.Tensor) -> dict[str, float]:
+    def _sampler_logp(self, episodes: list[Episode], like: Tensor) -> Tensor:
+        """(B, K) log-probs the rollout recorded, aligned with the trainer's (0 on tool output and padding)."""
+        out = torch.zeros_like(like)
+        for i, e in enumerate(episodes):
+            out[i, : len(e.logprobs)] = torch.tensor(e.logprobs, dtype=like.dtype)
+        return out
+
+    def update(self, episodes: list[Episode], advantages: Tensor, phases: Phases) -> dict[str, float]:
         cfg = self.cfg.grpo
         eps_high = cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon
-        index = self._chunks(episodes)
-        chunks = [[episodes[i] for i in c] for c in index]
-        total_tokens = float(sum(e.n_policy_tokens for e in episodes))
-        refs = [self._reference_logp(c) for c in chunks]  # also when beta = 0: kl is always reported
-        olds: list[torch.Tensor | None] = [None] * len(chunks)
-        if cfg.mu > 1:
-            with torch.no_grad():
-                olds = [self._stats(self.model, c, False)[0].logp for c in chunks]
-        acc: dict[str, list[float]] = {k: [] for k in ("policy_loss", "kl", "clip_frac", "entropy", "mass", "loss")}
+        chunks = self._chunks(episodes)
+        total = max(sum(c.tokens for c in chunks), 1.0)
+        if cfg.beta > 0 or cfg.kl_metric:
+            with phases("reference", tokens=total):
+                for c in chunks:
+                    c.ref = self._reference_logp(c.episodes)
+        exact = self.sampler.exact
+        if cfg.mu > 1 and not exact:  # the policy before the update, which the int8 sampler only approximates
+            with phases("old_logprobs", tokens=total), torch.no_grad():
+                for c in chunks:
+                    c.old = self._stats(self.model, c.episodes, False)[0].logp
+        t = _Totals()
         grad_norm = 0.0
         self.model.train()
-        for _ in range(cfg.mu):
+        for epoch in range(cfg.mu):
             self.optimizer.zero_grad(set_to_none=True)
-            for idx, chunk, ref, old in zip(index, chunks, refs, olds):
-                stats, mask = self._stats(self.model, chunk)
-                old_logp = stats.logp.detach() if old is None else old
-                loss, ls = grpo_loss(
-                    stats.logp,
-                    old_logp,
-                    ref,
-                    advantages[idx],
-                    mask,
-                    cfg.beta,
-                    cfg.epsilon,
-                    eps_high,
-                    cfg.loss_type,
-                    self.cfg.rollout.max_new_tokens,
-                )
-                n_tok = float(mask.sum())
-                share = n_tok / max(total_tokens, 1) if cfg.loss_type == "dapo" else len(chunk) / len(episodes)
-                if not torch.isfinite(loss):
+            for c in chunks:
+                with phases("forward_backward", tokens=c.tokens):
+                    stats, mask = self._stats(self.model, c.episodes)
+                    if c.sampler is None:
+                        c.sampler = self._sampler_logp(c.episodes, stats.logp.detach())
+                    # the policy before this step's update: with mu = 1 the current one (ratio 1 by construction);
+                    # later epochs of an exact sampler: the log-probs it recorded; of int8: the extra pass above
+                    old = c.old if c.old is not None else (c.sampler if exact and cfg.mu > 1 else stats.logp.detach())
+                    weights = None if exact else truncated_is_weights(old, c.sampler, cfg.is_cap)
+                    loss, ls = grpo_loss(
+                        stats.logp,
+                        old,
+                        c.ref,
+                        advantages[c.index],
+                        mask,
+                        cfg.beta,
+                        cfg.epsilon,
+                        eps_high,
+                        cfg.loss_type,
+                        self.cfg.rollout.max_new_tokens,
+                        weights,
+                    )
+                    if not torch.isfinite(loss):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        return {"skipped": 1.0, "skip_reason": "non-finite loss"}  # type: ignore[dict-item]
+                    token_share = c.tokens / total
+                    share = token_share if cfg.loss_type == "dapo" else len(c.index) / len(episodes)
+                    (loss * share).backward()
+                t.loss += loss.item() * share
+                t.policy_loss += ls.policy_loss * share
+                t.kl += ls.kl * token_share
+                t.clip_frac += ls.clip_frac * token_share
+                if epoch == 0:
+                    t.entropy += float((stats.entropy * mask).sum()) / total
+                    t.mass += stats.first_token_probs[:, self.tool_token].tolist()
+                    kl, out = sampler_mismatch(stats.logp, c.sampler, mask)
+                    t.mismatch_kl += kl * token_share
+                    t.mismatch_out += out * token_share
+            with phases("optimizer"):
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+                if not math.isfinite(grad_norm):
                     self.optimizer.zero_grad(set_to_none=True)
-                    return {"skipped": 1.0, "skip_reason": "non-finite loss"}  # type: ignore[dict-item]
-                (loss * share).backward()
-                acc["loss"].append(loss.item() * share)
-                acc["policy_loss"].append(ls.policy_loss * share)
-                acc["kl"].append(ls.kl * n_tok / max(total_tokens, 1))
-                acc["clip_frac"].append(ls.clip_frac * n_tok / max(total_tokens, 1))
-                acc["entropy"].append(float((stats.entropy * mask).sum()) / max(total_tokens, 1))
-                acc["mass"] += stats.first_token_probs[:, self.tool_token].tolist()
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grpo.max_grad_norm))
-            if not math.isfinite(grad_norm):
-                self.optimizer.zero_grad(set_to_none=True)
-                return {"skipped": 1.0, "skip_reason": "non-finite gradient"}  # type: ignore[dict-item]
-            self.optimizer.step()
+                    return {"skipped": 1.0, "skip_reason": "non-finite gradient"}  # type: ignore[dict-item]
+                self.optimizer.step()
         self.model.eval()
-        n_epochs = cfg.mu
-        return {
-            "loss": sum(acc["loss"]) / n_epochs,
-            "policy_loss": sum(acc["policy_loss"]) / n_epochs,
-            "kl": sum(acc["kl"]) / n_epochs,
-            "clip_frac": sum(acc["clip_frac"]) / n_epochs,
-            "entropy": sum(acc["entropy"]) / n_epochs,
-            "tool_token_mass": mean(acc["mass"][: len(episodes)]),
+        out: dict[str, float] = {
+            "loss": t.loss / cfg.mu,
+            "policy_loss": t.policy_loss / cfg.mu,
+            "clip_frac": t.clip_frac / cfg.mu,
+            "entropy": t.entropy,
+            "tool_token_mass": sum(t.mass) / len(t.mass),
             "grad_norm": grad_norm,
-            "train_tokens": total_tokens,
+            "train_tokens": total,
+            "mismatch/kl": t.mismatch_kl,
+            "mismatch/ratio_out": t.mismatch_out,
         }
+        if chunks[0].ref is not None:
+            out["kl"] = t.kl / cfg.mu
+        return out
 
     def step(self, step: int) -> StepResult:
-        t0 = time.perf_counter()
-        episodes, dropped, resampled = self.collect(step)
-        t_gen = time.perf_counter() - t0
+        phases = Phases()
+        with phases("step"):
+            result = self._step(step, phases)
+        m = result.metrics
+        m.update(phases.metrics())
+        gen_s = sum(phases.seconds[k] for k in ("prefill", "sample", "compact", "tool_prefill", "decode"))
+        train_s = sum(phases.seconds[k] for k in ("reference", "old_logprobs", "forward_backward", "optimizer"))
+        m["perf/step_s"] = phases.seconds["step"]
+        m["perf/gen_tok_s"] = sum(e.n_policy_tokens for e in result.episodes) / max(gen_s, 1e-9)
+        m["perf/train_tok_s"] = float(m.get("train_tokens", 0.0)) / max(train_s, 1e-9)
+        m["perf/peak_rss_mb"] = peak_rss_mb()
+        result.phases = phases
+        return result
+
+    def _step(self, step: int, phases: Phases) -> StepResult:
+        episodes, dropped, resampled = self.collect(step, phases)
         G = self.cfg.rollout.group_size
-        m: dict[str, Any] = {"step": step, "groups_dropped": dropped, "groups_resampled": resampled}
+        m: dict[str, Any] = {"step": step, "groups_dropped": dropped, "groups_resampled": resampled, "skipped": 0.0}
         if not episodes:
             return StepResult({**m, "skipped": 1.0, "skip_reason": "every group had equal rewards"})
         rewards = torch.tensor([e.score.total for e in episodes], dtype=torch.float32).view(-1, G)  # (P, G)
@@ -195,16 +271,8 @@ class GRPOTrainer:
             return StepResult(m, episodes)
         advantages = group_advantages(rewards, scale=self.cfg.grpo.scale_rewards).flatten()  # (P*G,)
         m["adv/mean_abs"] = float(advantages.abs().mean())
-        t1 = time.perf_counter()
-        m.update(self.update(episodes, advantages))
-        t_train = time.perf_counter() - t1
-        m["skipped"] = m.get("skipped", 0.0)
+        m.update(self.update(episodes, advantages, phases))
         m["kl_bound"] = self.cfg.grpo.kl_bound
-        gen_tokens = sum(e.n_policy_tokens for e in episodes)
-        m["perf/step_s"] = time.perf_counter() - t0
-        m["perf/gen_tok_s"] = gen_tokens / max(t_gen, 1e-9)
-        m["perf/train_tok_s"] = float(m.get("train_tokens", 0.0)) / max(t_train, 1e-9)
-        m["perf/peak_rss_mb"] = peak_rss_mb()
         return StepResult(m, episodes)
 
     def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:

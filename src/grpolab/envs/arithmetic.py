@@ -28,7 +28,7 @@ class ArithmeticEnv(Environment):
     description = "Multi-step arithmetic with a calculator; the answer must come from the tool's output"
     instructions = (
         "You are a careful assistant. Compute every result with the calculator tool, never in your head. "
-        "Answer in one sentence with the result rounded to two decimals."
+        "Round inside it to two decimals: round(EXPRESSION, 2). Answer in one sentence with that result."
     )
 
     def __init__(self) -> None:
@@ -61,7 +61,7 @@ class ArithmeticEnv(Environment):
             answer=f"{value:.2f}",
             truth=value,
             reference_thought="I will compute the whole expression with the calculator.",
-            reference_calls=[("calculator", {"expression": expr})],
+            reference_calls=[("calculator", {"expression": f"round({expr}, 2)"})],
             reference_answer=f"The result is {value:.2f}.",
             meta={"expression": expr},
         )

@@ -64,6 +64,8 @@ class Environment:
     example: str = ""
     executes_tools: bool = True
     """False for environments where the calls are the answer (BFCL): nothing runs, generation goes on to the end."""
+    thought_required: bool = True
+    """The prompt asks every turn to open with a <thought> block, and the format reward checks that it does."""
 
     def isolation(self) -> dict[str, Any] | None:
         """How model-written code is isolated, for environments that run it (None: this one runs none)."""
@@ -85,7 +87,7 @@ class Environment:
 
     def system_prompt(self, task: Task | None = None) -> str:
         toolbox = self.toolbox_for(task) if task is not None else self.toolbox
-        return render_system_prompt(toolbox.schemas, self.instructions, self.example)
+        return render_system_prompt(toolbox.schemas, self.instructions, self.example, self.thought_required)
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         """Chat messages that start an episode (system + user)."""

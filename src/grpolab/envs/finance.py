@@ -138,7 +138,8 @@ class FinanceEnv(Environment):
     )
     instructions = (
         "You are a financial analyst agent. Facts about companies are only available through financial_search; "
-        "compute every number with calculator. Answer in one sentence with the result rounded to two decimals."
+        "compute every number with calculator, rounded to two decimals inside it: round(EXPRESSION, 2). Answer in "
+        "one sentence with that result."
     )
 
     def __init__(self, task_kinds: list[str] | None = None):
@@ -200,7 +201,7 @@ class FinanceEnv(Environment):
             reference_thought=f"I need the {r.ticker} Q{r.quarter} report, then (close - baseline) / baseline * 100.",
             reference_calls=[
                 ("financial_search", {"query": f"{r.ticker} Q{r.quarter}"}),
-                ("calculator", {"expression": f"({r.close:.2f} - {r.baseline:.2f}) / {r.baseline:.2f} * 100"}),
+                ("calculator", {"expression": f"round(({r.close:.2f} - {r.baseline:.2f}) / {r.baseline:.2f} * 100, 2)"}),
             ],
             reference_answer=(
                 f"{r.ticker}'s stock changed by {truth:.2f}% in Q{r.quarter} "
@@ -220,7 +221,7 @@ class FinanceEnv(Environment):
             reference_calls=[
                 ("financial_search", {"query": f"{a.ticker} Q{a.quarter}"}),
                 ("financial_search", {"query": f"{b.ticker} Q{b.quarter}"}),
-                ("calculator", {"expression": f"({b.revenue_b:.1f} - {a.revenue_b:.1f}) / {a.revenue_b:.1f} * 100"}),
+                ("calculator", {"expression": f"round(({b.revenue_b:.1f} - {a.revenue_b:.1f}) / {a.revenue_b:.1f} * 100, 2)"}),
             ],
             reference_answer=(
                 f"{a.ticker}'s revenue changed by {truth:.2f}% from Q{a.quarter} to Q{b.quarter} "
@@ -239,7 +240,7 @@ class FinanceEnv(Environment):
             reference_thought=f"I need the {r.ticker} Q{r.quarter} report, then EPS minus the estimate.",
             reference_calls=[
                 ("financial_search", {"query": f"{r.ticker} Q{r.quarter}"}),
-                ("calculator", {"expression": f"{r.eps:.2f} - {r.eps_estimate:.2f}"}),
+                ("calculator", {"expression": f"round({r.eps:.2f} - {r.eps_estimate:.2f}, 2)"}),
             ],
             reference_answer=(
                 f"{r.ticker} {'beat' if r.verdict == 'beat' else 'missed'} its Q{r.quarter} EPS estimate by "

@@ -132,7 +132,8 @@ def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
         f"simulator after {last['step']} iterations (mean of {result['settings']['runs']} seeded runs); "
         f"hack mass {last['hack_mass']:.0%}, success {last['success']:.0%}"
     )
-    return stat_cards(last, first["tool_call_prob"], kl_bound, source)
+    alerts = "".join(message(w, "error") for w in result.get("warnings", []))
+    return stat_cards(last, first["tool_call_prob"], kl_bound, source) + alerts
 
 
 def run_cards(view: RunView) -> str:

@@ -29,23 +29,50 @@ RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[floa
 
 
 def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
-    """Protocol compliance, four checks of equal weight: tags, call JSON, real responses, a final answer."""
-    problems = []
+    """Adherence to the protocol's structure, checks of equal weight; a check pays only for something attempted.
+
+    - thought: the turn opens with a closed `<thought>` block (where the env's prompt asks for one);
+    - tags: protocol tags are present and well-formed (where tools are offered; elsewhere: no broken tags);
+    - calls: where the task needs tools, at least one call, every call valid JSON and answered by the environment,
+      no `<tool_response>` written by the model; elsewhere no malformed or fabricated ones;
+    - answer: a final answer after the last response, free of tag fragments (where calls are not the answer).
+    Free text with no tag at all therefore earns at most 0.5 (answer, and calls where none are needed); a
+    well-formed structure around nothing (a thought, a junk call, "Done.") earns 1.0, which is why a format-only
+    reward is gameable and `grpolab check` says so."""
+    failed: list[str] = []
+    checks = 0
+
+    def check(ok: bool, problem: str) -> None:
+        nonlocal checks
+        checks += 1
+        if not ok:
+            failed.append(problem)
+
+    segments = [s for s in r.parsed.segments if s.kind != "text" or s.text.strip()]
+    if env.thought_required:
+        opened = bool(segments) and segments[0].kind == "thought" and segments[0].closed
+        check(opened, "the turn does not open with a <thought>")
     tag_errors = [e for e in r.parsed.errors if not e.startswith("tool call")]
+    offers_tools = bool(env.toolbox_for(task).tools)
+    has_tags = any(s.kind != "text" for s in r.parsed.segments)
     if tag_errors:
-        problems.append(tag_errors[0])
+        check(False, tag_errors[0])
+    else:
+        check(has_tags or not offers_tools, "no protocol tags at all")
     bad_calls = [c for c in r.calls if not c.ok]
     if bad_calls:
-        problems.append(bad_calls[0].error or "malformed call")
-    if r.fabricated or r.unanswered_calls:
-        problems.append(r.fabricated[0] if r.fabricated else "a call the environment never answered")
+        check(False, bad_calls[0].error or "malformed call")
+    elif r.fabricated or r.unanswered_calls:
+        check(False, r.fabricated[0] if r.fabricated else "a call the environment never answered")
+    else:
+        check(bool(r.calls) or not task.needs_tools, "no tool call, but the task needs one")
     answer = r.parsed.final_answer
-    if not answer and env.executes_tools:
-        problems.append("no final answer after the last tool response")
-    elif "<tool" in answer or "</" in answer:
-        problems.append("tag fragments in the final answer")
-    value = 1.0 - len(problems) / 4
-    return value, "well-formed" if not problems else "; ".join(problems)
+    if "<tool" in answer or "</" in answer:
+        check(False, "tag fragments in the final answer")
+    elif env.executes_tools:
+        check(bool(answer), "no final answer after the last tool response")
+    value = 1.0 - len(failed) / max(checks, 1)
+    return value, "well-formed" if not failed else "; ".join(failed)
 
 
 def schema_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:

@@ -20,8 +20,17 @@ Probe = Callable[[Environment, Task], "str | None"]
 
 
 def dummy_tags(env: Environment, task: Task) -> str:
-    """Well-formed but empty tags, and a non-answer."""
-    return render_thought("...") + "Done."
+    """Well-formed structure around nothing: an empty thought, a call of the first offered tool with no arguments
+    (and its real, error, response), and a non-answer. It earns full format credit: the seed's warning that a
+    format-only reward is gamed by dummy tags."""
+    toolbox = env.toolbox_for(task)
+    if not toolbox.tools:
+        return render_thought("...") + "Done."
+    name = next(iter(toolbox.tools))
+    call = render_tool_call(name, {})
+    if not env.executes_tools:
+        return render_thought("...") + call
+    return render_thought("...") + call + render_tool_response(toolbox.execute(name, {})) + "Done."
 
 
 def empty_call(env: Environment, task: Task) -> str:

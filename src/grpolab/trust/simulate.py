@@ -230,7 +230,23 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
         },
         "settings": {"steps": s.steps, "runs": s.runs, "lr": s.lr, "weights": weights, "beta": beta},
         "iterations": iterations,
+        "warnings": warnings(iterations, {c: float(final[i]) for i, c in enumerate(CLASSES)}),
     }
+
+
+def warnings(iterations: list[dict[str, Any]], final: dict[str, float]) -> list[str]:
+    """What a person should not miss in a simulated run: hacks taking over, success falling."""
+    first, last = iterations[0], iterations[-1]
+    out = []
+    if last["hack_mass"] > max(0.5, first["hack_mass"] + 0.2):
+        top = max(HACK_CLASSES, key=lambda c: final[c])
+        out.append(
+            f"reward hacking: {last['hack_mass']:.0%} of episodes end in classes that score without solving "
+            f"(mostly {top}), from {first['hack_mass']:.0%}; the reward pays for structure, not for the task"
+        )
+    if last["success"] < first["success"] - 0.05:
+        out.append(f"success falls from {first['success']:.0%} to {last['success']:.0%} under these weights")
+    return out
 
 
 def sim_to_real(sim: dict[str, Any], real_rows: list[dict[str, Any]]) -> dict[str, float]:

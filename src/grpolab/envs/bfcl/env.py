@@ -115,6 +115,7 @@ class BFCLEnv(Environment):
         "the right arguments. Write one <tool_call> block per call and nothing else."
     )
     executes_tools = False
+    thought_required = False  # BFCL's answer is the call blocks and nothing else
 
     def __init__(self, data: list[str] | None = None):
         files = [Path(p) for p in data] if data else default_data()

@@ -24,6 +24,7 @@ class CodeEnv(Environment):
         "function, and nothing else."
     )
     limits = Limits()
+    thought_required = False  # the answer is one python block; the protocol is not in this prompt
     probes = PROBES
 
     def __init__(self) -> None:

@@ -1,0 +1,93 @@
+"""The model rollouts sample from: the policy itself (`exact`), or a lighter copy of it (`int8`).
+
+A decode step on this CPU is bound by reading the weights once per token, so the rollout copy stores its base
+weights as int8: 4x less memory traffic per decoded token. Chosen by measurement on this machine (2026-11-30,
+one thread, 16 rows x 60 (1536 x 576) matrices): torch's fbgemm dynamic-quantised linear (int8 weights per output
+channel, activations quantised per call) ran 3.8x faster than the fp32 matmul, while weight-only int8
+(`torch._weight_int8pack_mm`) has no fast fp32 kernel here (25x slower). The activations are quantised with the
+full 8-bit range because this CPU has VNNI (no saturation); the relative error of one layer is about 1.2%.
+
+The LoRA adapters are not copied: the copy's adapter modules hold the policy's own adapter parameters, so the
+sampler follows every update at no cost (`refresh` re-quantises only when all weights train). The embedding is
+shared too. The mismatch between sampler and trainer is corrected in the loss (truncated importance sampling,
+`grpolab.engine.grpo`) and logged.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+class Int8Linear(nn.Module):
+    """A frozen linear layer with int8 weights (per output channel) and dynamically quantised activations."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.pack(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
+
+    def pack(self, weight: Tensor, bias: Tensor | None) -> None:
+        w = weight.float()
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+        zeros = torch.zeros(w.shape[0], dtype=torch.long)
+        qweight = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
+        self.packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.float())
+
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        shape = x.shape
+        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, shape[-1]), self.packed, False)
+        return y.view(*shape[:-1], self.out_features)
+
+
+class ExactSampler:
+    """Rollouts from the policy itself: the recorded log-probs are the policy's own."""
+
+    exact = True
+
+    def __init__(self, policy: Any):
+        self.model = policy
+
+    def refresh(self) -> None:
+        """Nothing to do: the sampler is the policy."""
+
+
+class Int8Sampler:
+    """Rollouts from an int8 copy of the base weights, with the policy's own LoRA adapters applied unmerged."""
+
+    exact = False
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+        self.model = copy.deepcopy(policy).eval()
+        shared = dict(policy.named_parameters())
+        self.pairs: list[tuple[nn.Module, nn.Linear]] = []
+        for name, module in list(self.model.named_modules()):
+            for child_name, child in list(module.named_children()):
+                full = f"{name}.{child_name}" if name else child_name
+                if isinstance(child, nn.Linear) and not _is_adapter(full):
+                    setattr(module, child_name, Int8Linear(child))
+                    self.pairs.append((getattr(module, child_name), policy.get_submodule(full)))
+        for name in [n for n, _ in self.model.named_parameters()]:  # adapters, norms, embedding: the policy's own
+            owner, _, leaf = name.rpartition(".")
+            setattr(self.model.get_submodule(owner) if owner else self.model, leaf, shared[name])
+        self.lora = any(_is_adapter(n) for n in shared)
+
+    def refresh(self) -> None:
+        """With LoRA the adapters are shared; with full fine-tuning the int8 weights are re-quantised."""
+        if self.lora:
+            return
+        for quantized, source in self.pairs:
+            quantized.pack(source.weight.detach(), None if source.bias is None else source.bias.detach())
+
+
+def _is_adapter(name: str) -> bool:
+    return ".lora_" in name or name.startswith("lora_")
+
+
+def make_sampler(policy: Any, engine: str) -> ExactSampler | Int8Sampler:
+    """The rollout copy for `rollout.engine`."""
+    return Int8Sampler(policy) if engine == "int8" else ExactSampler(policy)

@@ -1,0 +1,196 @@
+"""The throughput paths give the same numbers as the plain ones: ragged batched decoding, chunked log-probs, TIS."""
+
+import math
+
+import pytest
+import torch
+
+from grpolab.config import load_config
+from grpolab.engine import rollout
+from grpolab.engine.decoder import FastDecoder, supports
+from grpolab.engine.grpo import sampler_mismatch, truncated_is_weights
+from grpolab.engine.logprobs import group_token_stats, linear_logprobs, make_batch, token_logprobs
+from grpolab.engine.policy import build_policy
+from grpolab.engine.sft import reference_tokens
+from grpolab.engine.trainer import GRPOTrainer
+from grpolab.envs import env_for
+from grpolab.rewards.components import register_reward, unregister_reward
+
+TINY = {"model": "tiny", "rollout.group_size": 2, "rollout.max_new_tokens": 24, "train.prompts_per_step": 2}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = load_config(None, TINY)
+    model, tok, _ = build_policy(cfg)
+    return cfg, model, tok
+
+
+def test_the_fast_decoder_drives_the_embedded_architecture(tiny):
+    _, model, _ = tiny
+    assert supports(model)
+
+
+def test_ragged_decoding_matches_the_full_forward(tiny, finance):
+    """Rows of different lengths, a tool-response chunk fed to one row, rows leaving: every next-token
+    distribution equals the plain forward over the whole sequence (1e-5)."""
+    _, model, tok = tiny
+    seqs = []
+    for task_id in ("pct_change-ACME-Q3", "eps_surprise-ACME-Q2", "revenue_growth-ACME-Q1Q2"):
+        prompt, completion, _ = reference_tokens(tok, finance, finance.task(task_id))
+        seqs.append(prompt + completion)
+    with torch.no_grad():
+        full = [torch.log_softmax(model(input_ids=torch.tensor([s])).logits[0].float(), -1) for s in seqs]
+    dec = FastDecoder(model)
+    kv = dec.new_cache(3)
+    pos = [100, 120, 140]
+    ids = torch.zeros(3, max(pos), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : pos[i]] = torch.tensor(s[: pos[i]])
+    logp = torch.log_softmax(dec.logits(dec.feed(kv, ids, torch.tensor(pos))), -1)
+    errors = [float((logp[i] - full[i][pos[i] - 1]).abs().max()) for i in range(3)]
+    live = [0, 1, 2]
+    for step in range(1, 40):
+        if step % 5 == 0 and 1 in live:  # a 17-token chunk (a tool response) for row 1 only
+            chunk = torch.tensor([seqs[1][pos[1] : pos[1] + 17]])
+            dec.feed(kv, chunk, torch.tensor([17]), rows=torch.tensor([live.index(1)]))
+            pos[1] += 17
+        last = torch.tensor([[seqs[i][pos[i]]] for i in live])
+        logp = torch.log_softmax(dec.logits(dec.feed(kv, last, torch.ones(len(live), dtype=torch.long))), -1)
+        for j, i in enumerate(live):
+            errors.append(float((logp[j] - full[i][pos[i]]).abs().max()))
+            pos[i] += 1
+        if step == 20:  # row 0 finishes and leaves the batch
+            kv.keep(torch.tensor([1, 2]))
+            live = [1, 2]
+    assert max(errors) < 1e-5 and len(errors) > 90
+
+
+def test_batched_rollout_equals_one_episode_at_a_time(tiny, finance):
+    cfg, model, tok = tiny
+    tasks = [finance.task("pct_change-ACME-Q3"), finance.task("eps_surprise-ACME-Q2")]  # prompts of two lengths
+    settings = rollout.sampling_settings(cfg, greedy=True)
+    batched = rollout.run_episodes(model, tok, finance, tasks, 2, settings)
+    turns = rollout._Turns(tok, finance, settings)
+    for e in batched:
+        alone = rollout.Episode(e.task, e.group, rollout.prompt_ids(tok, finance, e.task))
+        with torch.no_grad():
+            rollout._decode_one(model, alone, turns, settings, None)
+        assert alone.completion_ids == e.completion_ids and alone.stop_reason == e.stop_reason
+        assert max(abs(a - b) for a, b in zip(alone.logprobs, e.logprobs)) < 1e-5
+
+
+def test_chunked_logprobs_and_gradients_equal_the_full_computation():
+    torch.manual_seed(0)
+    N, H, V = 600, 16, 1000  # more tokens than one chunk
+    hidden = torch.randn(N, H, requires_grad=True)
+    weight = torch.randn(V, H, requires_grad=True)
+    targets = torch.randint(0, V, (N,))
+    upstream = torch.randn(N)
+    logp, entropy = linear_logprobs(hidden, weight, targets, temperature=0.7)
+    (logp * upstream).sum().backward()
+    got = (hidden.grad.clone(), weight.grad.clone())
+    hidden.grad, weight.grad = None, None
+    full = torch.log_softmax(hidden @ weight.T / 0.7, -1)
+    ref = full.gather(-1, targets[:, None]).squeeze(-1)
+    (ref * upstream).sum().backward()
+    assert torch.allclose(logp, ref, atol=1e-5)
+    assert torch.allclose(entropy, -(full.exp() * full).sum(-1), atol=1e-4)
+    assert torch.allclose(got[0], hidden.grad, atol=1e-5) and torch.allclose(got[1], weight.grad, atol=1e-5)
+    uniform, _ = linear_logprobs(torch.zeros(1, H), torch.randn(V, H), torch.tensor([3]))
+    assert uniform.item() == pytest.approx(-math.log(V))
+
+
+def test_shared_prefix_stats_match_the_plain_forward(tiny, finance):
+    """Running the prompt once and repeating its cache gives the same log-probs (and gradients) as G full rows."""
+    _, model, tok = tiny
+    prompt, ids, mask = reference_tokens(tok, finance, finance.task("pct_change-ACME-Q3"))
+    comps, masks = [ids, ids[:40], ids[:7]], [mask, mask[:40], mask[:7]]
+    plain = token_logprobs(model, make_batch([prompt] * 3, comps, masks, tok.pad_token_id))
+    shared, shared_mask = group_token_stats(model, prompt, comps, masks, tok.pad_token_id)
+    for i, c in enumerate(comps):
+        a = plain[i, plain.shape[1] - len(c) :]
+        b = shared.logp[i, : len(c)]
+        assert torch.allclose(a, b, atol=1e-5), (i, (a - b).abs().max())
+    assert shared_mask.sum() == sum(sum(m) for m in masks)
+    assert torch.all(shared.logp[shared_mask == 0] == 0)  # tool output and padding get no log-prob
+    (shared.logp * shared_mask).sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
+
+
+def test_truncated_importance_weights_by_hand():
+    old = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    sampler = torch.log(torch.tensor([[0.25, 0.4, 0.1]]))
+    # ratios 2, 0.5, 9 -> capped at 2
+    assert torch.allclose(truncated_is_weights(old, sampler, cap=2.0), torch.tensor([[2.0, 0.5, 2.0]]))
+    kl, outside = sampler_mismatch(old, sampler, torch.tensor([[1.0, 1.0, 0.0]]))
+    # k3 with r = 2 and r = 0.5 over the two masked-in tokens: ((2 - ln 2 - 1) + (0.5 + ln 2 - 1)) / 2
+    assert kl == pytest.approx(((1 - math.log(2)) + (math.log(2) - 0.5)) / 2)
+    assert outside == 1.0
+    same = torch.log(torch.tensor([[0.3, 0.3]]))
+    assert sampler_mismatch(same, same, torch.ones(1, 2)) == (0.0, 0.0)
+
+
+@pytest.fixture()
+def text_length_reward():
+    """A reward with variance on random text, so the tiny model gets a learning signal."""
+    register_reward("text_length", lambda r, task, env, ctx: (len(r.generated_text) % 13 / 13, "test"))
+    yield {"text_length": 1.0}
+    unregister_reward("text_length")
+
+
+def test_an_int8_run_trains_and_logs_the_mismatch(text_length_reward):
+    cfg = load_config(None, {**TINY, "rollout.engine": "int8", "reward.weights": text_length_reward})
+    model, tok, ref = build_policy(cfg)
+    trainer = GRPOTrainer(model, tok, env_for(cfg), cfg, ref)
+    assert not trainer.sampler.exact and trainer.sampler.model is not model
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    m = trainer.step(1).metrics
+    assert m["skipped"] == 0 and m["mismatch/kl"] > 0 and 0 <= m["mismatch/ratio_out"] <= 1
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
+    # the sampler's adapters are the policy's own parameters: it follows the update without a copy
+    shared = {id(p) for p in trainer.sampler.model.parameters()}
+    assert all(id(p) in shared for p in model.parameters() if p.requires_grad)
+    exact_cfg = load_config(None, {**TINY, "reward.weights": text_length_reward})
+    exact = GRPOTrainer(model, tok, env_for(exact_cfg), exact_cfg, ref)
+    m_exact = exact.step(1).metrics
+    assert m_exact["mismatch/kl"] < 1e-6 and m_exact["mismatch/ratio_out"] == 0.0
+
+
+def _scripted(script: dict[str, list[int]]):
+    """Pick, for each live episode, the next token of its task's reference transcript (teacher forcing)."""
+
+    def choose(episodes, logits):
+        ids = torch.tensor([script[e.task.id][len(e.completion_ids)] for e in episodes])
+        return ids, torch.log_softmax(logits, -1).gather(-1, ids[:, None]).squeeze(-1)
+
+    return choose
+
+
+def test_batched_rollout_with_tool_turns_equals_one_episode_at_a_time(tiny, finance):
+    """Tool responses enter as chunks and finished episodes leave the batch: the same tokens, masks and log-probs
+    as decoding each episode alone. The tokens are the references' (2 or 3 tool calls each, different lengths)."""
+    cfg, model, tok = tiny
+    tasks = [finance.task(t) for t in ("pct_change-ACME-Q3", "eps_surprise-ACME-Q2", "revenue_growth-ACME-Q1Q2")]
+    refs = {t.id: reference_tokens(tok, finance, t) for t in tasks}
+    choose = _scripted({tid: ids for tid, (_, ids, _) in refs.items()})
+    settings = rollout.sampling_settings(cfg, max_new_tokens=400, max_turns=3)
+    batched = rollout.run_episodes(model, tok, finance, tasks, 2, settings, choose=choose)
+    turns = rollout._Turns(tok, finance, settings)
+    for e in batched:
+        _, ids, mask = refs[e.task.id]
+        assert e.completion_ids == ids and e.mask == mask and e.stop_reason == "eos"  # spliced exactly
+        assert e.turns == len(e.task.reference_calls) >= 2
+        alone = rollout.Episode(e.task, e.group, rollout.prompt_ids(tok, finance, e.task))
+        with torch.no_grad():
+            rollout._decode_one(model, alone, turns, settings, None, choose)
+        assert alone.completion_ids == e.completion_ids
+        assert max(abs(a - b) for a, b in zip(alone.logprobs, e.logprobs)) < 1e-5
+
+
+def test_unwritten_cache_columns_are_zero_not_stale_memory(tiny):
+    """Masked columns get attention weight 0, and 0 x NaN from stale memory would be NaN: buffers start at 0."""
+    _, model, _ = tiny
+    kv = FastDecoder(model).new_cache(3)
+    kv.reserve(500)
+    assert all(bool((k == 0).all()) and bool((v == 0).all()) for k, v in zip(kv.keys, kv.values))
