@@ -127,6 +127,12 @@ def build_corpus() -> list[QuarterReport]:
     return reports
 
 
+def calculation(expression: str) -> tuple[str, dict[str, str]]:
+    """A reference calculator call that rounds inside the tool, as the instructions ask (so an imitating model
+    copies the rounded digits instead of truncating the unrounded ones)."""
+    return ("calculator", {"expression": f"round({expression}, 2)"})
+
+
 def _tokens(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
@@ -201,7 +207,7 @@ class FinanceEnv(Environment):
             reference_thought=f"I need the {r.ticker} Q{r.quarter} report, then (close - baseline) / baseline * 100.",
             reference_calls=[
                 ("financial_search", {"query": f"{r.ticker} Q{r.quarter}"}),
-                ("calculator", {"expression": f"round(({r.close:.2f} - {r.baseline:.2f}) / {r.baseline:.2f} * 100, 2)"}),
+                calculation(f"({r.close:.2f} - {r.baseline:.2f}) / {r.baseline:.2f} * 100"),
             ],
             reference_answer=(
                 f"{r.ticker}'s stock changed by {truth:.2f}% in Q{r.quarter} "
@@ -221,7 +227,7 @@ class FinanceEnv(Environment):
             reference_calls=[
                 ("financial_search", {"query": f"{a.ticker} Q{a.quarter}"}),
                 ("financial_search", {"query": f"{b.ticker} Q{b.quarter}"}),
-                ("calculator", {"expression": f"round(({b.revenue_b:.1f} - {a.revenue_b:.1f}) / {a.revenue_b:.1f} * 100, 2)"}),
+                calculation(f"({b.revenue_b:.1f} - {a.revenue_b:.1f}) / {a.revenue_b:.1f} * 100"),
             ],
             reference_answer=(
                 f"{a.ticker}'s revenue changed by {truth:.2f}% from Q{a.quarter} to Q{b.quarter} "
@@ -240,7 +246,7 @@ class FinanceEnv(Environment):
             reference_thought=f"I need the {r.ticker} Q{r.quarter} report, then EPS minus the estimate.",
             reference_calls=[
                 ("financial_search", {"query": f"{r.ticker} Q{r.quarter}"}),
-                ("calculator", {"expression": f"round({r.eps:.2f} - {r.eps_estimate:.2f}, 2)"}),
+                calculation(f"{r.eps:.2f} - {r.eps_estimate:.2f}"),
             ],
             reference_answer=(
                 f"{r.ticker} {'beat' if r.verdict == 'beat' else 'missed'} its Q{r.quarter} EPS estimate by "
