@@ -110,7 +110,7 @@ def test_format_pays_for_the_protocol_not_for_ignoring_it(finance, acme):
     assert score(finance, acme, dummy).components["format"] == 1.0
     honest = score(finance, acme, finance.reference_transcript(acme))
     assert honest.components["format"] == 1.0 and honest.total > score(finance, acme, dummy).total
-    unclosed = render_thought("let me see") + "<tool_call>\n{\"name\": \"calculator\""
+    unclosed = render_thought("let me see") + '<tool_call>\n{"name": "calculator"'
     assert score(finance, acme, unclosed).components["format"] <= 0.5
 
 
