@@ -1,130 +1,152 @@
-"""The headline: does the agent really get better? Base, SFT-only, SFT+GRPO and GRPO-only on finance.
+"""Does GRPO do the work? Arms at matched CPU time, several seeds, bootstrap confidence intervals.
 
-    .venv/bin/python benchmarks/learning.py [--seeds 0 1] [--sft-steps 40] [--grpo-steps 3] [--eval-limit 16]
-                                            [--group-sizes 2 8 16] [--g-steps 2] [--grpo-only-steps 1]
+    .venv/bin/python benchmarks/learning.py [--seeds 0 1 2] [--config src/grpolab/configs/demo.toml]
+                                            [--eval-limit 48] [--full-sft-steps 40] [--arms ...]
 
-Every arm runs the real pipeline (`grpolab.engine.loop.train`) on the embedded SmolLM2-135M-Instruct, fp32, finance
-pct_change, and is evaluated greedily on the same held-out tasks with the strict verifier. Per seed:
-- base: the model as shipped (greedy, so measured once);
-- SFT-only: after `--sft-steps` warm-start steps (the step-0 evaluation of the SFT+GRPO run);
-- SFT+GRPO: the same SFT, then `--grpo-steps` GRPO steps;
-Then GRPO-only: `--grpo-only-steps` GRPO steps from the base model (no warm start), and the group-size experiment
-at an equal sample budget per step (G x prompts = 16): G = 2, 8, 16, all from the first seed's SFT warm start
-(`train(..., warm_start=)`), `--g-steps` steps each, reporting frac_zero_std and held-out success.
-Wall-clock minutes are measured per arm. Writes benchmarks/results/learning.json and learning.png.
+Every arm runs the real pipeline (`grpolab.engine.loop.train`) on the embedded SmolLM2-135M-Instruct (fp32) with the
+demo config (finance, all task kinds), and is evaluated greedily on the same `--eval-limit` held-out tasks (a fixed
+shuffle mixing every kind; companies never seen in training) with the strict verifier. Per seed:
+- seeded+grpo: the demo's short SFT seeding, then its GRPO steps;
+- sft-matched: the same seeding, then SFT continued for as long as that run's GRPO steps took (CPU time matched:
+  extra SFT steps = GRPO seconds / seconds per SFT step, both measured in the seeded+grpo run);
+- full-sft+grpo: `--full-sft-steps` SFT steps, then the same GRPO steps;
+- seeded+grpo-int8: as seeded+grpo with `rollout.engine = "int8"`.
+Reported per arm: held-out success (overall and per task kind) and tool-call probability, each as the mean over
+seeds with a 95% bootstrap interval (resampling seeds, then tasks within each seed), the GRPO margin over the
+matched SFT-only arm (paired by seed and task) with its interval, wall minutes, and the training curves (reward, KL,
+tool-token mass per step). Writes benchmarks/results/learning.json and learning.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from grpolab.config import load_config
 from grpolab.rundir import RunDir
 
 RESULTS = Path(__file__).parent / "results"
-BASE = {
-    "model": "smollm2",
-    "env": "finance",
-    "task_kinds": ["pct_change"],
-    "rollout.max_new_tokens": 160,
-    "rollout.max_turns": 2,
-    "train.eval_every": 0,
-    "train.checkpoint_every": 100,
-    "train.episodes_per_step_logged": 0,
-}
-SAMPLES_PER_STEP = 16
+DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
+ARMS = ("seeded+grpo", "sft-matched", "full-sft+grpo", "seeded+grpo-int8")
+BOOTSTRAP = 2000
 
 
-def run_arm(out: Path, overrides: dict, warm_start: Path | None = None) -> dict:
+def run_arm(config: Path, out: Path, overrides: dict[str, Any]) -> dict[str, Any]:
     from grpolab.engine.loop import train
 
     if out.exists():
         shutil.rmtree(out)
-    cfg = load_config(None, {**BASE, **overrides})
-    t0 = time.perf_counter()
-    train(cfg, out, quiet=True, warm_start=warm_start)
-    minutes = (time.perf_counter() - t0) / 60
-    summary = json.loads((out / "eval" / "summary.json").read_text())
-    metrics = RunDir(out).metrics()
-    return {"minutes": minutes, "evals": summary, "metrics": metrics}
+    cfg = load_config(config, overrides)
+    start = time.perf_counter()
+    train(cfg, out, quiet=True)
+    run = RunDir(out)
+    last = run.eval_labels()[-1]
+    metrics = run.metrics()
+    sft = run.artifact("sft.json") or {}
+    return {
+        "minutes": (time.perf_counter() - start) / 60,
+        "grpo_seconds": sum(m.get("perf/step_s", 0.0) for m in metrics),
+        "sft_seconds": sft.get("seconds", 0.0),
+        "sft_steps": len(sft.get("loss", [])),
+        "before": run.eval_summary().get("0", {}),
+        "after": run.eval_summary()[last],
+        "rows": {r["task_id"]: r for r in run.eval_rows(last)},
+        "curves": {
+            k: [m.get(k) for m in metrics] for k in ("reward/mean", "kl", "tool_token_mass", "success", "entropy")
+        },
+    }
 
 
-def heldout(summary: dict, label: str) -> dict:
-    s = summary[label]
-    return {k: s[f"heldout/{k}"] for k in ("success", "tool_call_prob", "schema")}
+def solved(row: dict[str, Any]) -> float:
+    return 1.0 if (row.get("components") or {}).get("completion") == 1.0 else 0.0
+
+
+def called(row: dict[str, Any]) -> float:
+    return 1.0 if row.get("valid_calls", 0) > 0 else 0.0
+
+
+def bootstrap(per_seed: list[dict[str, float]], rng: random.Random) -> tuple[float, float, float]:
+    """Mean over seeds of the mean over tasks, and a 95% interval: resample seeds, then tasks within each seed."""
+    point = statistics.mean(statistics.mean(s.values()) for s in per_seed)
+    means = []
+    for _ in range(BOOTSTRAP):
+        seeds = [rng.choice(per_seed) for _ in per_seed]
+        values = [statistics.mean(rng.choices(list(s.values()), k=len(s))) for s in seeds]
+        means.append(statistics.mean(values))
+    means.sort()
+    return point, means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--sft-steps", type=int, default=40)
-    ap.add_argument("--grpo-steps", type=int, default=3)
-    ap.add_argument("--eval-limit", type=int, default=16)
-    ap.add_argument("--group-sizes", type=int, nargs="*", default=[2, 8, 16])
-    ap.add_argument("--g-steps", type=int, default=2)
-    ap.add_argument("--grpo-only-steps", type=int, default=1)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--config", type=Path, default=DEMO)
+    ap.add_argument("--eval-limit", type=int, default=48)
+    ap.add_argument("--full-sft-steps", type=int, default=40)
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--out", type=Path, default=Path("runs/learning"))
     args = ap.parse_args()
-    common = {"train.eval_limit": args.eval_limit, "train.sft_steps": args.sft_steps}
-    result: dict = {"seeds": {}, "group_size": {}, "settings": vars(args) | {"out": str(args.out)}}
-    for i, seed in enumerate(args.seeds):
-        full = run_arm(args.out / f"sft_grpo-{seed}", {**common, "seed": seed, "train.steps": args.grpo_steps})
-        result["seeds"][seed] = {
-            "sft_only": heldout(full["evals"], "0"),
-            "sft_grpo": heldout(full["evals"], str(args.grpo_steps)),
-            "minutes_sft_grpo_total": full["minutes"],
-            "train_reward": [m.get("reward/mean") for m in full["metrics"]],
-            "train_success": [m.get("success") for m in full["metrics"]],
+    base_cfg = load_config(args.config)
+    common = {"train.eval_limit": args.eval_limit, "train.eval_every": 0, "train.checkpoint_every": 1000}
+    arms: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
+    for seed in args.seeds:
+        seeded = run_arm(args.config, args.out / f"seeded-grpo-{seed}", {**common, "seed": seed})
+        if "seeded+grpo" in arms:
+            arms["seeded+grpo"][seed] = seeded
+        if "sft-matched" in arms:
+            per_step = seeded["sft_seconds"] / max(seeded["sft_steps"], 1)
+            extra = round(seeded["grpo_seconds"] / max(per_step, 1e-9))
+            sft_steps = base_cfg.train.sft_steps + extra
+            arms["sft-matched"][seed] = run_arm(
+                args.config,
+                args.out / f"sft-matched-{seed}",
+                {**common, "seed": seed, "train.sft_steps": sft_steps, "train.steps": 0},
+            )
+            arms["sft-matched"][seed]["matched_sft_steps"] = sft_steps
+        if "full-sft+grpo" in arms:
+            overrides = {**common, "seed": seed, "train.sft_steps": args.full_sft_steps}
+            arms["full-sft+grpo"][seed] = run_arm(args.config, args.out / f"full-sft-grpo-{seed}", overrides)
+        if "seeded+grpo-int8" in arms:
+            overrides = {**common, "seed": seed, "rollout.engine": "int8"}
+            arms["seeded+grpo-int8"][seed] = run_arm(args.config, args.out / f"seeded-grpo-int8-{seed}", overrides)
+        print(json.dumps({"seed": seed, **{a: r[seed]["after"].get("heldout/success") for a, r in arms.items()}}))
+    rng = random.Random(0)
+    summary: dict[str, Any] = {}
+    for arm, runs in arms.items():
+        seeds = [runs[s] for s in args.seeds]
+        success = bootstrap([{t: solved(r) for t, r in s["rows"].items()} for s in seeds], rng)
+        tool = bootstrap([{t: called(r) for t, r in s["rows"].items()} for s in seeds], rng)
+        kinds = sorted({r["kind"] for s in seeds for r in s["rows"].values()})
+        by_kind = {}
+        for kind in kinds:
+            per_seed = [{t: solved(r) for t, r in s["rows"].items() if r["kind"] == kind} for s in seeds]
+            by_kind[kind] = bootstrap(per_seed, rng)
+        summary[arm] = {
+            "success": success,
+            "tool_call_prob": tool,
+            "success_by_kind": by_kind,
+            "seeded_success": statistics.mean(s["before"].get("heldout/success", float("nan")) for s in seeds),
+            "seeded_tool_call_prob": statistics.mean(
+                s["before"].get("heldout/tool_call_prob", float("nan")) for s in seeds
+            ),
+            "minutes": statistics.mean(s["minutes"] for s in seeds),
+            "per_seed_success": [s["after"]["heldout/success"] for s in seeds],
         }
-        if i == 0:  # greedy evaluation of the shipped model does not depend on the seed: measured once
-            result["base"] = heldout(full["evals"], "base")
-        print(json.dumps({"seed": seed, **result["seeds"][seed]}), flush=True)
-    seed0 = args.seeds[0]
-    grpo_only = run_arm(
-        args.out / "grpo_only", {**common, "seed": seed0, "train.sft_steps": 0, "train.steps": args.grpo_only_steps}
-    )
-    result["grpo_only"] = {
-        **heldout(grpo_only["evals"], str(args.grpo_only_steps)),
-        "frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in grpo_only["metrics"]),
-        "train_tool_call_prob": statistics.mean(m.get("tool_call_prob", 0.0) for m in grpo_only["metrics"]),
-        "minutes": grpo_only["minutes"],
-    }
-    print(json.dumps({"grpo_only": result["grpo_only"]}), flush=True)
-    for G in args.group_sizes:  # all from seed 0's SFT warm start, equal samples per step
-        r = run_arm(
-            args.out / f"g{G}",
-            {
-                **common,
-                "seed": seed0,
-                "rollout.group_size": G,
-                "train.prompts_per_step": SAMPLES_PER_STEP // G,
-                "train.steps": args.g_steps,
-            },
-            warm_start=args.out / f"sft_grpo-{seed0}",
-        )
-        result["group_size"][G] = {
-            "prompts_per_step": SAMPLES_PER_STEP // G,
-            "frac_zero_std": statistics.mean(m.get("frac_zero_std", 1.0) for m in r["metrics"]),
-            "heldout_success_after": heldout(r["evals"], str(args.g_steps))["success"],
-            "heldout_success_before": heldout(r["evals"], "0")["success"],
-            "minutes": r["minutes"],
-        }
-        print(json.dumps({"G": G, **result["group_size"][G]}), flush=True)
-    seeds = list(result["seeds"].values())
-    margins = [s["sft_grpo"]["success"] - s["sft_only"]["success"] for s in seeds]
-    result["headline"] = {
-        "sft_grpo_success_mean": statistics.mean(s["sft_grpo"]["success"] for s in seeds),
-        "sft_only_success_mean": statistics.mean(s["sft_only"]["success"] for s in seeds),
-        "grpo_margin_mean": statistics.mean(margins),
-        "grpo_margin_per_seed": margins,
-        "minutes_sft_grpo_mean": statistics.mean(s["minutes_sft_grpo_total"] for s in seeds),
-        "heldout_tasks": args.eval_limit,
-    }
+    result: dict[str, Any] = {"arms": summary, "heldout_tasks": args.eval_limit, "seeds": args.seeds}
+    if "seeded+grpo" in arms and "sft-matched" in arms:
+        paired = []
+        for s in args.seeds:
+            grpo, sft = arms["seeded+grpo"][s]["rows"], arms["sft-matched"][s]["rows"]
+            paired.append({t: solved(grpo[t]) - solved(sft[t]) for t in grpo if t in sft})
+        result["grpo_margin_over_matched_sft"] = bootstrap(paired, rng)
+        result["matched_sft_steps"] = [arms["sft-matched"][s]["matched_sft_steps"] for s in args.seeds]
+    result["curves"] = {arm: {s: runs[s]["curves"] for s in args.seeds} for arm, runs in arms.items()}
     result["date"] = time.strftime("%Y-%m-%d")
     result["command"] = "python benchmarks/learning.py " + " ".join(
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
@@ -132,42 +154,41 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "learning.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     plot(result, RESULTS / "learning.png")
-    print(json.dumps(result["headline"], indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "curves"}, indent=2, default=str))
 
 
-def plot(result: dict, path: Path) -> None:
+def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    arms = ["base", "sft_only", "sft_grpo", "grpo_only"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    seeds = list(result["seeds"].values())
-    for i, metric in enumerate(("success", "tool_call_prob", "schema")):
-        vals = [
-            [result["base"][metric]],
-            [s["sft_only"][metric] for s in seeds],
-            [s["sft_grpo"][metric] for s in seeds],
-            [result["grpo_only"][metric]],
-        ]
-        means = [statistics.mean(v) for v in vals]
-        axes[0].bar([x + i * 0.27 for x in range(len(arms))], means, width=0.27, label=metric)
-        for x, v in enumerate(vals):
-            axes[0].scatter([x + i * 0.27] * len(v), v, color="black", s=8, zorder=3)
-    axes[0].set_xticks([x + 0.27 for x in range(len(arms))], arms)
-    axes[0].set_ylim(0, 1.05)
-    axes[0].set_title("held-out (finance pct_change), per seed dots")
-    axes[0].legend(fontsize=8)
-    gs = sorted(result["group_size"], key=int)
-    axes[1].plot(gs, [result["group_size"][g]["frac_zero_std"] for g in gs], "o-", label="frac_zero_std")
-    axes[1].plot(gs, [result["group_size"][g]["heldout_success_after"] for g in gs], "s-", label="held-out success")
-    axes[1].set_xlabel(f"G (G x prompts = {SAMPLES_PER_STEP})")
-    axes[1].set_ylim(0, 1.05)
-    axes[1].set_title("group size at equal sample budget")
-    axes[1].legend(fontsize=8)
+    arms = list(result["arms"])
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for i, metric in enumerate(("success", "tool_call_prob")):
+        ax = axes[i]
+        points = [result["arms"][a][metric] for a in arms]
+        ax.bar(range(len(arms)), [p[0] for p in points], color="#4c72b0")
+        lower = [p[0] - p[1] for p in points]
+        upper = [p[2] - p[0] for p in points]
+        ax.errorbar(range(len(arms)), [p[0] for p in points], yerr=[lower, upper], fmt="none", color="black")
+        seeded = statistics.mean(result["arms"][a][f"seeded_{metric}"] for a in arms)
+        ax.axhline(seeded, color="#c44e52", linestyle="--", label="after seeding")
+        ax.set_xticks(range(len(arms)), arms, rotation=20, fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"held-out {metric} ({result['heldout_tasks']} tasks, 95% CI)", fontsize=9)
+        ax.legend(fontsize=7)
+    ax = axes[2]
+    for arm in arms:
+        for s, curves in result["curves"][arm].items():
+            ys = [y for y in curves["reward/mean"] if isinstance(y, (int, float))]
+            if ys:
+                ax.plot(range(1, len(ys) + 1), ys, label=f"{arm} seed {s}", linewidth=1)
+    ax.set_title("training reward per GRPO step", fontsize=9)
+    ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

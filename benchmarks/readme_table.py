@@ -26,63 +26,89 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def _ci(point: list[float]) -> str:
+    """A (mean, low, high) fraction as `54% [44-63%]`."""
+    return f"{_pct(point[0])} [{100 * point[1]:.0f}-{_pct(point[2])}]"
+
+
+def _vs_trl(v: dict) -> str:
+    n, t, s = v["native"], v["trl"], v["setting"]
+    out = (
+        f"TRL {t['s_per_step']:.1f} s/step, native exact {n['s_per_step']:.1f} s/step "
+        f"({v['ratio_trl_over_native_per_step']:.2f}x faster)"
+    )
+    if "native_int8" in v:
+        i = v["native_int8"]
+        out += (
+            f", native int8 {i['s_per_step']:.1f} s/step ({v['ratio_trl_over_native_int8_per_step']:.2f}x; "
+            f"sampler KL {i['sampler_kl']:.4f})"
+        )
+    return (
+        out + f"; {s['max_new_tokens']} tokens x G={s['G']} per step, equal work; "
+        f"{_pct(n['fraction_of_matmul_peak'])} vs {_pct(t['fraction_of_matmul_peak'])} of the measured fp32 matmul "
+        f"peak ({v['matmul_gflops_fp32']:.0f} GFLOP/s)"
+    )
+
+
+def _step_cost(r: dict) -> str:
+    parts = []
+    for p in r["phases"]:
+        if p["seconds"] < 0.05 and "held-out" not in p["phase"]:
+            continue
+        rate = ""
+        if "fraction_of_bound" in p:
+            rate = f", {_pct(p['fraction_of_bound'])} of its bound"
+        elif "fraction_of_peak" in p:
+            rate = f", {_pct(p['fraction_of_peak'])} of peak"
+        parts.append(f"{p['phase']} {p['seconds']:.1f} s{rate}")
+    return (
+        f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + f". Peaks measured in the same run: "
+        f"{r['matmul_gflops_fp32']:.0f} GFLOP/s fp32 matmul, {r['bandwidth_gbs']:.1f} GB/s copy; "
+        f"peak RSS {r['peak_rss_mb'] / 1024:.1f} GB"
+    )
+
+
+def _learning(lr: dict) -> list[str]:
+    arms = lr["arms"]
+    fig = "; ".join(
+        f"{name}: success {_ci(a['success'])}, tool calls {_ci(a['tool_call_prob'])}" for name, a in arms.items()
+    )
+    seeded = next(iter(arms.values()))
+    fig += (
+        f" (after seeding: success {_pct(seeded['seeded_success'])}, tool calls "
+        f"{_pct(seeded['seeded_tool_call_prob'])})"
+    )
+    title = f"learning on finance, {len(lr['seeds'])} seeds x {lr['heldout_tasks']} held-out tasks, mean [95% CI]"
+    rows = [f"| {title} | {fig} | `{lr['command']}` | {lr['date']} |"]
+    if "grpo_margin_over_matched_sft" in lr:
+        m = lr["grpo_margin_over_matched_sft"]
+        fig = (
+            f"{100 * m[0]:+.0f} points [{100 * m[1]:+.0f}, {100 * m[2]:+.0f}] (matched SFT: "
+            f"{', '.join(map(str, lr['matched_sft_steps']))} SFT steps for the GRPO arm's CPU time)"
+        )
+        rows.append(f"| GRPO margin over SFT-only at matched CPU time | {fig} | (same command) | {lr['date']} |")
+    return rows
+
+
 def rows() -> list[str]:
     out = ["| result | figure | command | date |", "| --- | --- | --- | --- |"]
+    r = _load("step_cost")
+    if r:
+        out.append(f"| GRPO step of the demo config, roofline | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
+    r = _load("step_cost_int8")
+    if r:
+        out.append(f"| the same, int8 rollouts | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
     v = _load("vs_trl")
     if v:
-        n, t, s = v["native"], v["trl"], v["setting"]
-        what = (
-            f"GRPO step, native vs TRL {s['trl_version']} ({s['model']}, G={s['G']}, "
-            f"{s['max_new_tokens']} new tokens, LoRA r={s['lora_rank']}, fp32)"
-        )
-        fig = (
-            f"native {n['s_per_step']:.1f} s/step ({n['completion_tokens_per_step']:.0f} tokens), TRL "
-            f"{t['s_per_step']:.1f} s/step ({t['completion_tokens_per_step']:.0f} tokens): "
-            f"{v['ratio_trl_over_native_per_step']:.2f}x per step, "
-            f"{v['ratio_trl_over_native_per_token']:.2f}x per generated token; "
-            f"{_pct(n['fraction_of_matmul_peak'])} vs {_pct(t['fraction_of_matmul_peak'])} of the measured fp32 "
-            f"matmul peak ({v['matmul_gflops_fp32']:.0f} GFLOP/s); "
-            f"peak RSS {v['peak_rss_mb_both'] / 1024:.1f} GB (both in one process)"
-        )
-        out.append(f"| {what} | {fig} | `{v['command']}` | {v['date']} |")
-    else:
-        out.append("| native vs TRL step | not measured yet | `python benchmarks/vs_trl.py` | |")
+        model = v["setting"]["model"]
+        out.append(f"| GRPO step, native vs TRL ({model}, fp32) | {_vs_trl(v)} | `{v['command']}` | {v['date']} |")
     lr = _load("learning")
-    if lr:
-        h = lr["headline"]
-        seeds = lr["seeds"]
-        per_seed = ", ".join(
-            f"seed {k}: {_pct(s['sft_only']['success'])} -> {_pct(s['sft_grpo']['success'])}" for k, s in seeds.items()
-        )
-        fig = (
-            f"held-out success ({h['heldout_tasks']} tasks): base {_pct(lr['base']['success'])}, SFT-only "
-            f"{_pct(h['sft_only_success_mean'])}, SFT+GRPO {_pct(h['sft_grpo_success_mean'])} (mean over "
-            f"{len(seeds)} seeds; {per_seed}); GRPO margin {100 * h['grpo_margin_mean']:+.0f} points "
-            f"(per seed {', '.join(f'{100 * m:+.0f}' for m in h['grpo_margin_per_seed'])}); "
-            f"{h['minutes_sft_grpo_mean']:.1f} min per SFT+GRPO run; GRPO-only from base: success "
-            f"{_pct(lr['grpo_only']['success'])}, frac_zero_std {lr['grpo_only']['frac_zero_std']:.2f}"
-        )
-        out.append(
-            f"| learning on finance pct_change (SmolLM2-135M, fp32) | {fig} | `{lr['command']}` | {lr['date']} |"
-        )
-        gs = lr["group_size"]
-        fig = "; ".join(
-            f"G={g} x {r['prompts_per_step']} prompts: frac_zero_std {r['frac_zero_std']:.2f}, held-out "
-            f"{_pct(r['heldout_success_before'])} -> {_pct(r['heldout_success_after'])}"
-            for g, r in gs.items()
-        )
-        out.append(
-            f"| group size at 16 samples per step (from one SFT warm start) | {fig} | (same command) | {lr['date']} |"
-        )
-    else:
-        out.append("| learning headline | not measured yet | `python benchmarks/learning.py` | |")
-    for name, label in (("step_cost", "GRPO step cost"), ("sim_speed", "simulator speed")):
-        r = _load(name)
-        if r:
-            out.append(
-                f"| {label} | `{json.dumps({k: v for k, v in r.items() if k not in ('command', 'date')})}` | "
-                f"`{r.get('command', '')}` | {r.get('date', '')} |"
-            )
+    if lr and "arms" in lr:
+        out += _learning(lr)
+    r = _load("sim_speed")
+    if r:
+        fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date")})
+        out.append(f"| simulator speed | `{fig}` | `{r.get('command', '')}` | {r.get('date', '')} |")
     out.append(
         f"\nMachine: {platform.machine()}, 2 CPU cores, fp32 (figures above come from the JSON files in "
         "benchmarks/results/, written by the commands shown)."

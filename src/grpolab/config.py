@@ -47,6 +47,12 @@ class RolloutConfig(_Section):
     """Sampling temperature for training rollouts (evaluation is greedy)."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling for training rollouts."""
+    format: Literal["inline", "chat_template"] = "inline"
+    """inline: the lab's protocol in one assistant turn (tool responses spliced as <tool_response> blocks);
+    chat_template: the model's own template renders the tools and `role: "tool"` results (grpolab.formats)."""
+    tool_syntax: Literal["auto", "hermes", "llama3"] = "auto"
+    """With format = chat_template: how the model writes calls (hermes: <tool_call> JSON blocks; llama3: the turn
+    is one {"name", "parameters"} object); auto reads it from the template."""
     engine: Literal["exact", "int8"] = "exact"
     """exact: rollouts sample from the policy itself; int8: from a copy whose base weights are int8 (weight-only,
     the LoRA adapters in fp32, refreshed every step), about 4x less memory traffic per decoded token; the loss

@@ -10,6 +10,7 @@ run directory holds (evaluations, alarms, metrics and episode rows, checkpoints,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -23,6 +24,7 @@ from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import GRPOTrainer, StepResult
 from grpolab.envs import Environment, env_for
 from grpolab.errors import UserError
+from grpolab.formats import checked_format
 from grpolab.metrics import episode_row
 from grpolab.models import load_tokenizer, token_counter
 from grpolab.rundir import RunDir
@@ -71,7 +73,9 @@ def _record_eval(run: RunDir, label: str, summary: dict[str, float], episodes: l
 
 def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, eval_base: bool) -> None:
     """Before the first step: probes, the base model's held-out score and the SFT warm start (when configured)."""
-    probes = probe_report(env, cfg, token_counter(load_tokenizer(cfg.model)))
+    tokenizer = load_tokenizer(cfg.model)
+    fmt = checked_format(tokenizer, env, cfg.rollout.format, cfg.rollout.tool_syntax)
+    probes = probe_report(env, cfg, token_counter(tokenizer))
     run.write_json("preflight.json", probes)
     for line in probes["gameable"]:
         progress.note(line)
@@ -88,8 +92,9 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
         progress.note(f"base model held-out: {summary_line(summary)}")
     progress.note(f"SFT warm start: {cfg.train.sft_steps} steps on reference transcripts")
     t = cfg.train
-    losses = sft_warm_start(model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
-    run.write_json("sft.json", {"loss": losses})
+    start = time.perf_counter()
+    losses = sft_warm_start(model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, fmt)
+    run.write_json("sft.json", {"loss": losses, "seconds": time.perf_counter() - start})
     run.save_warm_start(model)
 
 

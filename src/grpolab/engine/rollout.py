@@ -29,8 +29,9 @@ from grpolab.config import LabConfig
 from grpolab.engine.decoder import FastDecoder, supports
 from grpolab.engine.phases import NO_PHASES, Phases
 from grpolab.envs.base import Environment, Task
+from grpolab.formats import ChatTemplateFormat, InlineFormat, episode_format
 from grpolab.models import cache_keyword, cache_of
-from grpolab.protocol import TOOL_CALL_CLOSE, parse_transcript, render_tool_response
+from grpolab.protocol import TOOL_CALL_CLOSE
 from grpolab.rewards.replay import respond_to_call
 from grpolab.rewards.score import Score
 
@@ -55,6 +56,8 @@ class Episode:
     """Index in completion_ids where the current policy turn began."""
     tail: str = ""
     """The last characters of the policy's text (where `</tool_call>` is looked for)."""
+    log: list[tuple[str, Any]] = field(default_factory=list)
+    """Finished assistant turns and tool results, for chat-template episodes (`grpolab.formats`)."""
 
     @property
     def n_policy_tokens(self) -> int:
@@ -69,6 +72,9 @@ class SamplingSettings:
     max_turns: int
     temperature: float
     top_p: float
+    format: str = "inline"
+    """`rollout.format`: the lab's inline protocol or the model's chat template."""
+    tool_syntax: str = "auto"
     greedy: bool = False
     min_new_tokens: int = 0
     """Stop tokens are masked out until an episode has this many policy tokens (benchmarks: equal-length steps)."""
@@ -77,22 +83,13 @@ class SamplingSettings:
 def sampling_settings(cfg: LabConfig, greedy: bool = False, **overrides: Any) -> SamplingSettings:
     """The rollout section of the lab config as sampling settings (greedy for evaluation)."""
     r = cfg.rollout
-    settings = SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p, greedy)
+    settings = SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p, r.format, r.tool_syntax, greedy)
     return replace(settings, **overrides)
 
 
-def stop_token_ids(tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id}
-    for tok in ("<|im_end|>", "<|endoftext|>"):
-        tid = tokenizer.convert_tokens_to_ids(tok)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
-            ids.add(tid)
-    return {i for i in ids if i is not None}
-
-
-def prompt_ids(tokenizer: Any, env: Environment, task: Task) -> list[int]:
-    text = tokenizer.apply_chat_template(env.messages(task), add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False).input_ids
+def prompt_ids(tokenizer: Any, env: Environment, task: Task, fmt: Any = None) -> list[int]:
+    """The token ids that open an episode of `task` (system, user, assistant header) in the episode format."""
+    return (fmt or InlineFormat(tokenizer)).prompt_ids(env, task)
 
 
 Choose = Callable[[list["Episode"], Tensor], tuple[Tensor, Tensor]]
@@ -120,7 +117,10 @@ class _Turns:
 
     def __init__(self, tokenizer: Any, env: Environment, s: SamplingSettings, phases: Phases = NO_PHASES):
         self.tokenizer, self.env, self.s, self.phases = tokenizer, env, s, phases
-        self.stops = stop_token_ids(tokenizer)
+        self.fmt = episode_format(tokenizer, s.format, s.tool_syntax)
+        if isinstance(self.fmt, ChatTemplateFormat):
+            self.fmt.bind(env)
+        self.stops = self.fmt.stops
         self.pieces: dict[int, str] = {}
         self.close_char = TOOL_CALL_CLOSE[-1]
 
@@ -136,35 +136,46 @@ class _Turns:
         e.mask.append(1)
         e.logprobs.append(logprob)
         if token in self.stops:
+            if self.fmt.call_at_stop and self.env.executes_tools and self._turn_call(e) is not None:
+                return self._splice(e, token)
             e.done, e.stop_reason = True, "eos"
             return []
         piece = self.piece(token)
         e.tail = (e.tail + piece)[-len(TOOL_CALL_CLOSE) - 8 :]
-        if self.env.executes_tools and self.close_char in piece and TOOL_CALL_CLOSE in e.tail:
-            response = self._respond(e)
-            if response is None:
-                return []
-            e.completion_ids += response
-            e.mask += [0] * len(response)
-            e.logprobs += [0.0] * len(response)
-            e.turn_start, e.tail = len(e.completion_ids), ""
-            return [token, *response]
+        if self.env.executes_tools and self.close_char in piece and self.fmt.closes_call(e.tail):
+            return self._splice(e, token)
         if e.n_policy_tokens >= self.s.max_new_tokens:
             e.done, e.stop_reason = True, "budget"
             return []
         return [token]
 
+    def _turn_text(self, e: Episode) -> str:
+        return self.tokenizer.decode([t for t in e.completion_ids[e.turn_start :] if t not in self.stops])
+
+    def _turn_call(self, e: Episode) -> Any:
+        return self.fmt.parse_turn(self._turn_text(e))
+
+    def _splice(self, e: Episode, token: int) -> list[int]:
+        """The model ended a tool call: run it and return [token, *response tokens], or [] when the episode ends."""
+        response = self._respond(e)
+        if response is None:
+            return []
+        e.completion_ids += response
+        e.mask += [0] * len(response)
+        e.logprobs += [0.0] * len(response)
+        e.turn_start, e.tail = len(e.completion_ids), ""
+        return [token, *response]
+
     def _respond(self, e: Episode) -> list[int] | None:
-        """The model closed a tool call: execute it and return the response tokens, or end the episode."""
+        """Execute the turn's call and return the response tokens (mask 0), or end the episode."""
         if e.turns >= self.s.max_turns:
             e.done, e.stop_reason = True, "turn_limit"
             return None
         if e.n_policy_tokens >= self.s.max_new_tokens:
             e.done, e.stop_reason = True, "budget"
             return None
-        turn = [t for t in e.completion_ids[e.turn_start :] if t not in self.stops]
-        parsed = parse_transcript(self.tokenizer.decode(turn))
-        call = parsed.calls[-1] if parsed.calls else None
+        text = self._turn_text(e)
+        call = self.fmt.parse_turn(text)
         if call is None:  # `</tool_call>` closed something that was not an open call: nothing to execute
             e.done, e.stop_reason = True, "stray_close"
             return None
@@ -172,7 +183,10 @@ class _Turns:
             response = respond_to_call(self.env.toolbox_for(e.task), call)
         e.tool_errors += "error" in response
         e.turns += 1
-        return self.tokenizer(render_tool_response(response), add_special_tokens=False).input_ids
+        ids = self.fmt.response_ids(e, text, response)
+        if ids is None:  # the chat template did not extend what was generated: nothing consistent to splice
+            e.done, e.stop_reason = True, "template_mismatch"
+        return ids
 
 
 def _suppress_stops(logits: Tensor, episodes: list[Episode], turns: _Turns, s: SamplingSettings) -> None:
@@ -198,16 +212,16 @@ def run_episodes(
 
     `choose` picks the live episodes' next tokens from their logits (default: `sample_next` with `s`); forced
     decoding (teacher forcing a known transcript through the engine, as the tests do) passes its own."""
-    prompts = [prompt_ids(tokenizer, env, t) for t in tasks]
-    episodes = [Episode(t, g, p) for g, (t, p) in enumerate(zip(tasks, prompts)) for _ in range(group_size)]
     turns = _Turns(tokenizer, env, s, phases)
+    prompts = [turns.fmt.prompt_ids(env, t) for t in tasks]
+    episodes = [Episode(t, g, p) for g, (t, p) in enumerate(zip(tasks, prompts)) for _ in range(group_size)]
     if supports(model):
         _decode_batched(FastDecoder(model), episodes, prompts, group_size, turns, s, generator, phases, choose)
     else:
         for e in episodes:
             _decode_one(model, e, turns, s, generator, choose)
     for e in episodes:
-        e.text = episode_text(tokenizer, e)
+        e.text = turns.fmt.transcript(e)
     return episodes
 
 
@@ -286,8 +300,3 @@ def _decode_one(
             return
         ids = torch.tensor([feed], device=device)
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{keyword: cache_of(out)})
-
-
-def episode_text(tokenizer: Any, e: Episode) -> str:
-    """The transcript as text (special tokens dropped), which the reward scores."""
-    return tokenizer.decode(e.completion_ids, skip_special_tokens=True)

@@ -1,7 +1,8 @@
 """SFT warm start on the environment's reference transcripts: loss on the assistant's own tokens only.
 
 The transcripts are tokenised piece by piece (policy text, then each tool response on its own), exactly as a
-rollout builds them, so SFT teaches the same token boundaries the policy will produce.
+rollout builds them in the episode format (`grpolab.formats`), so SFT teaches the token boundaries the policy will
+produce.
 """
 
 from __future__ import annotations
@@ -12,21 +13,15 @@ from typing import Any
 import torch
 
 from grpolab.engine.logprobs import make_batch, token_logprobs
-from grpolab.engine.rollout import prompt_ids
 from grpolab.envs.base import Environment, Task
+from grpolab.formats import ChatTemplateFormat, InlineFormat
 
 
-def reference_tokens(tokenizer: Any, env: Environment, task: Task) -> tuple[list[int], list[int], list[int]]:
-    """(prompt ids, completion ids, mask) of a task's reference transcript, ending with end-of-turn."""
-    ids: list[int] = []
-    mask: list[int] = []
-    for text, by_policy in env.reference_parts(task):
-        piece = tokenizer(text, add_special_tokens=False).input_ids
-        ids += piece
-        mask += [1 if by_policy else 0] * len(piece)
-    ids.append(tokenizer.eos_token_id)
-    mask.append(1)
-    return prompt_ids(tokenizer, env, task), ids, mask
+def reference_tokens(
+    tokenizer: Any, env: Environment, task: Task, fmt: InlineFormat | ChatTemplateFormat | None = None
+) -> tuple[list[int], list[int], list[int]]:
+    """(prompt ids, completion ids, mask) of a task's reference transcript in the episode format (inline default)."""
+    return (fmt or InlineFormat(tokenizer)).reference_tokens(env, task)
 
 
 def sft_warm_start(
@@ -37,8 +32,9 @@ def sft_warm_start(
     batch_size: int,
     learning_rate: float,
     seed: int,
+    fmt: InlineFormat | ChatTemplateFormat | None = None,
 ) -> list[float]:
-    """Train on reference transcripts of the train split; returns the loss per step."""
+    """Train on reference transcripts of the train split (in the episode format); returns the loss per step."""
     tasks = env.tasks("train")
     rng = random.Random(seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -48,7 +44,7 @@ def sft_warm_start(
     model.train()
     for _ in range(steps):
         batch_tasks = rng.sample(tasks, min(batch_size, len(tasks)))
-        prompts, comps, masks = zip(*(reference_tokens(tokenizer, env, t) for t in batch_tasks))
+        prompts, comps, masks = zip(*(reference_tokens(tokenizer, env, t, fmt) for t in batch_tasks))
         batch = make_batch(list(prompts), list(comps), list(masks), pad)
         logp = token_logprobs(model, batch)
         mask = batch.mask.to(logp.device)

@@ -34,8 +34,10 @@ from grpolab.envs.base import Environment, Task
 from grpolab.metrics import episode_metrics, group_stats
 from grpolab.rewards.score import score_episodes
 
-MICRO_BATCH = 8
-"""Most episodes per forward/backward (one shared prompt); gradients accumulate over the step's batch."""
+MICRO_BATCH_TOKENS = 1600
+"""Most tokens (shared prompt + completions) per forward/backward; gradients accumulate over the step's batch.
+Activations cost about 1.9 MB per token for SmolLM2-135M in fp32 with LoRA (measured), so a micro-batch holds
+about 3 GB at most; a group whose episodes do not fit is split, and each part runs the prompt again."""
 
 
 def peak_rss_mb() -> float:
@@ -130,15 +132,17 @@ class GRPOTrainer:
     # ---- the update ----
 
     def _chunks(self, episodes: list[Episode]) -> list[_Chunk]:
-        """Episodes sharing a prompt (a group), at most MICRO_BATCH per chunk."""
+        """Episodes sharing a prompt (a group), at most MICRO_BATCH_TOKENS (padded) tokens per chunk."""
         chunks: list[_Chunk] = []
         for i, e in enumerate(episodes):
             last = chunks[-1] if chunks else None
-            if last is not None and last.episodes[-1].group == e.group and len(last.index) < MICRO_BATCH:
-                last.index.append(i)
-                last.episodes.append(e)
-            else:
-                chunks.append(_Chunk([i], [e]))
+            if last is not None and last.episodes[-1].group == e.group:
+                longest = max(len(x.completion_ids) for x in [*last.episodes, e])
+                if len(e.prompt_ids) + longest * (len(last.index) + 1) <= MICRO_BATCH_TOKENS:
+                    last.index.append(i)
+                    last.episodes.append(e)
+                    continue
+            chunks.append(_Chunk([i], [e]))
         for c in chunks:
             c.tokens = float(sum(e.n_policy_tokens for e in c.episodes))
         return chunks

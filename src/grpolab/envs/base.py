@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from grpolab.errors import UserError
-from grpolab.protocol import render_system_prompt, render_thought, render_tool_call, render_tool_response
+from grpolab.protocol import (
+    THOUGHT_REQUIRED,
+    render_system_prompt,
+    render_thought,
+    render_tool_call,
+    render_tool_response,
+)
 from grpolab.tools import ToolBox
 
 Split = Literal["train", "heldout"]
@@ -88,6 +94,11 @@ class Environment:
     def system_prompt(self, task: Task | None = None) -> str:
         toolbox = self.toolbox_for(task) if task is not None else self.toolbox
         return render_system_prompt(toolbox.schemas, self.instructions, self.example, self.thought_required)
+
+    def chat_instructions(self, task: Task) -> str:
+        """The system message in `rollout.format = "chat_template"` mode: the tools and the call syntax are the
+        chat template's to render, so only the task instructions (and the thought convention) are the lab's."""
+        return f"{self.instructions.strip()}\n\n{THOUGHT_REQUIRED}" if self.thought_required else self.instructions
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         """Chat messages that start an episode (system + user)."""

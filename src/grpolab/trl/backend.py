@@ -25,6 +25,7 @@ from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.engine.sft import reference_tokens
 from grpolab.envs.base import Environment, Task
 from grpolab.errors import UserError
+from grpolab.formats import checked_format
 from grpolab.metrics import success_rate, tool_call_prob
 from grpolab.rewards.score import Score, score_transcript
 from grpolab.trl.settings import grpo_settings, lora_settings
@@ -41,11 +42,13 @@ def prompt_rows(env: Environment, split: str = "train") -> list[dict[str, Any]]:
     return [{"prompt": env.messages(t), "task_id": t.id} for t in env.tasks(split)]  # type: ignore[arg-type]
 
 
-def sft_rows(env: Environment, tokenizer: Any) -> list[dict[str, Any]]:
-    """Pre-tokenised SFT rows: loss on the assistant's own tokens only (tool responses masked), as native SFT."""
+def sft_rows(env: Environment, tokenizer: Any, cfg: LabConfig | None = None) -> list[dict[str, Any]]:
+    """Pre-tokenised SFT rows: loss on the assistant's own tokens only (tool responses masked), as native SFT, in
+    the config's episode format."""
+    fmt = checked_format(tokenizer, env, cfg.rollout.format, cfg.rollout.tool_syntax) if cfg else None
     rows = []
     for t in env.tasks("train"):
-        p, c, m = reference_tokens(tokenizer, env, t)
+        p, c, m = reference_tokens(tokenizer, env, t, fmt)
         rows.append({"input_ids": p + c, "completion_mask": [0] * len(p) + m})
     return rows
 

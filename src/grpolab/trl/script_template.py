@@ -93,7 +93,7 @@ def main() -> None:
             model=model,
             args=sft_args(output_dir + "/sft"),
             processing_class=tokenizer,
-            train_dataset=Dataset.from_list(sft_rows(env, tokenizer)),
+            train_dataset=Dataset.from_list(sft_rows(env, tokenizer, cfg)),
             peft_config=peft_config(),
         )
         sft.train()
