@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,9 +30,24 @@ WeightsOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
+def finite(value: float | None) -> float | None:
+    """Typer callback for float options: NaN and infinities are refused (exit 2 naming the option)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+def positive_finite(value: float | None) -> float | None:
+    """Typer callback for float options that must be a finite number above 0."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a finite number above 0")
+    return value
+
+
 def field_option(flag: str, field: str, kind: type = int) -> Any:
     """A CLI option that sets one config field, with the field's docstring as its help."""
-    return Annotated[kind | None, typer.Option(flag, help=f"{field_doc(field)} ({field})")]
+    callback = finite if kind is float else None
+    return Annotated[kind | None, typer.Option(flag, help=f"{field_doc(field)} ({field})", callback=callback)]
 
 
 def resolve_config(
@@ -51,5 +67,17 @@ def resolve_config(
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Strict JSON on stdout: a non-finite number (a reward that failed is NaN) is written as null, never as the
+    NaN/Infinity tokens that JSON parsers other than Python's reject."""
+    sys.stdout.write(json.dumps(_strict(data), indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
+
+
+def _strict(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _strict(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_strict(v) for v in data]
+    return data

@@ -17,6 +17,7 @@ from grpolab.cli.options import (
     SeedOpt,
     WeightsOpt,
     console,
+    err_console,
     print_json,
     resolve_config,
 )
@@ -155,7 +156,11 @@ def compare(
 
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -> None:
-    """(Re)write runs/NAME/report.html from the run's artifacts."""
+    """(Re)write runs/NAME/report.html from the run's artifacts (malformed ones are named and left out)."""
     from grpolab.report.html import render_report
 
-    console.print(f"wrote {render_report(run)}")
+    skipped: list[str] = []
+    written = render_report(run, skipped)
+    for line in skipped:
+        err_console.print(f"skipped: {line}", markup=False)
+    console.print(f"wrote {written}")
