@@ -69,10 +69,12 @@ def load_run(path: str | Path) -> RunView:
 
 
 def list_runs(root: str | Path) -> list[str]:
+    """Run directories in the runs folder (a symlink that leads out of it is not listed: the lab would refuse it)."""
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and RunDir(d).is_run())
+    base = root.resolve()
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and base in d.resolve().parents and RunDir(d).is_run())
 
 
 # ---- chart and stat cards ----------------------------------------------------------------------------------------
