@@ -118,6 +118,8 @@ def _checked_data(data: list[str] | None) -> list[str] | None:
     for path in data or []:
         try:
             info = os.stat(path)
+        except FileNotFoundError:
+            continue  # the environment names the missing file itself
         except (OSError, ValueError) as exc:
             raise UserError(f"data file {path} cannot be read ({exc})", "check the paths given to --data") from None
         if not stat.S_ISREG(info.st_mode):
