@@ -94,6 +94,28 @@ def test_out_on_a_file_or_an_unwritable_place_exits_2(cli, tmp_path, small_confi
     assert afile.read_text() == "x"
 
 
+def test_out_on_a_read_only_mount_exits_2(tmp_path, small_config):
+    """A read-only tmpfs mounted in a private mount namespace (skipped where unshare is not allowed)."""
+    import shutil
+    import subprocess
+    import sys
+
+    mnt, config = tmp_path / "ro", str(small_config(tmp_path))
+    mnt.mkdir()
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no mount namespaces here")
+    train = f"{sys.executable} -m grpolab.cli train --model tiny --steps 1 --config {config} --out"
+    script = f"mount -t tmpfs -o ro none {mnt} && {{ {train} {mnt}; echo rc=$?; {train} {mnt}/run; echo rc=$?; }}"
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    if "rc=" not in done.stdout:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()[:200]}")
+    assert done.stdout.split() == ["rc=2", "rc=2"], done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2 and all("Read-only file system" in line and "--out" in line for line in lines), lines
+    assert "cannot lock run directory" in lines[0] and "cannot create run directory" in lines[1]
+
+
 def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys):
     from grpolab.engine.loop import train
 
