@@ -67,6 +67,25 @@ def test_views_turn_malformed_run_dirs_into_messages(runs_root, tmp_path):
     assert "<pre>" in views.episode_pair(good, tid, good.eval_labels()[-1])
 
 
+def test_views_show_what_they_can_of_malformed_values(tmp_path):
+    run = tmp_path / "odd"
+    (run / "eval").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"env": "finance", "grpo": [1], "train": "x"}))
+    rows = [{"step": 1, "kl": "x", "kl_bound": "y", "reward/mean": float("inf"), "alarms": ["a"]}, {"step": 2}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "eval" / "summary.json").write_text(json.dumps({"base": {"heldout/tool_call_prob": "q"}}))
+    (run / "preflight.json").write_text(json.dumps({"probes": [{"probe": 1}], "gameable": [1, None]}))
+    (run / "eval" / "base.jsonl").write_text(json.dumps({"task_id": ["t"], "components": [1]}) + "\n")
+    (run / "eval" / "3.jsonl").write_text(json.dumps({"task_id": "t", "reasons": "r"}) + "\n")
+    view = views.load_run(run)
+    assert view.ok and [r["step"] for r in view.metrics] == [1, 2]
+    summary = views.run_summary(view)
+    assert "alarms is not a mapping" in summary and "eval/base.jsonl: 1 malformed" in summary
+    assert "lab-card" in views.run_cards(view) and "<svg" in views.chart(view.metrics, "t")
+    assert "No trajectory" in views.episode_pair(view, "t", "3")
+    assert "malformed probe row" in views.preflight_panel(view.preflight)
+
+
 def test_config_toml_reads_back_equal():
     cfg = load_config(
         None,

@@ -97,7 +97,7 @@ def _heldout_table(summary: dict[str, Any]) -> str:
     return f"<h2>Held-out evaluation</h2><table><tr><th>metric</th>{heads}</tr>{body}</table>"
 
 
-def _metric_rows(run: RunDir, skipped: list[str]) -> list[dict[str, Any]]:
+def drawable_metrics(run: RunDir, skipped: list[str]) -> list[dict[str, Any]]:
     """metrics.jsonl rows that can be drawn: an integer step in range, finite numbers, alarms as a mapping."""
     lines = 0
     if run.metrics_path.is_file():
@@ -122,7 +122,7 @@ def _metric_rows(run: RunDir, skipped: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def _episode_rows(rows: list[dict[str, Any]], name: str, skipped: list[str]) -> list[dict[str, Any]]:
+def showable_episodes(rows: list[dict[str, Any]], name: str, skipped: list[str]) -> list[dict[str, Any]]:
     """Held-out episode rows that can be shown side by side (mappings where mappings belong, a plain task id)."""
     good = [
         r
@@ -145,7 +145,7 @@ def render_report(path: str | Path, skipped: list[str] | None = None) -> Path:
     if not isinstance(cfg, dict):
         skipped.append("config.json is not a JSON object")
         cfg = {}
-    rows = _metric_rows(run, skipped)
+    rows = drawable_metrics(run, skipped)
     alarm_rows = [r for r in rows if r.get("alarms")]
     summary = run.eval_summary(skipped)
     raw_summary = run.artifact("eval/summary.json")
@@ -183,8 +183,8 @@ def render_report(path: str | Path, skipped: list[str] | None = None) -> Path:
     if len(labels) >= 2:
         first, last = labels[0], labels[-1]
         last_name = f"step {last}"
-        left = _episode_rows(run.eval_rows(first), f"eval/{first}.jsonl", skipped)
-        right = _episode_rows(run.eval_rows(last), f"eval/{last}.jsonl", skipped)
+        left = showable_episodes(run.eval_rows(first), f"eval/{first}.jsonl", skipped)
+        right = showable_episodes(run.eval_rows(last), f"eval/{last}.jsonl", skipped)
         parts.append(f"<h2>Trajectories: {html.escape(first)} vs {html.escape(last_name)}</h2>")
         parts.append(side_by_side(left, right, first, last_name))
     if skipped:
