@@ -94,6 +94,14 @@ def test_out_on_a_file_or_an_unwritable_place_exits_2(cli, tmp_path, small_confi
     assert afile.read_text() == "x"
 
 
+def test_outputs_to_unwritable_paths_exit_2(cli, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target in (afile / "train_grpo.py", Path("/sys/train_grpo.py")):
+        code, _, err = cli("export-trl", "-o", str(target))
+        assert code == 2 and f"cannot write {target}" in one_line(err) and "-o" in err, err
+
+
 def test_out_on_a_read_only_mount_exits_2(tmp_path, small_config):
     """A read-only tmpfs mounted in a private mount namespace (skipped where unshare is not allowed)."""
     import shutil

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +14,7 @@ import typer
 from rich.console import Console
 
 from grpolab.config import LabConfig, field_doc, load_config, parse_weights
+from grpolab.errors import UserError
 from grpolab.rewards.components import default_weights, letter, standard_names
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
@@ -64,6 +67,17 @@ def resolve_config(
         overrides["reward.weights"] = parse_weights(weights)
     overrides.update({k.replace("__", "."): v for k, v in dotted.items()})
     return load_config(config, overrides)
+
+
+@contextmanager
+def writing_to(path: Path, flag: str) -> Iterator[None]:
+    """Writing an output the user named: a file system error (read-only, a folder in the way, no space) is a
+    UserError naming the path and the flag, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write {path} ({reason})", f"pick a writable path for {flag}") from None
 
 
 def print_json(data: Any) -> None:

@@ -20,6 +20,7 @@ from grpolab.cli.options import (
     err_console,
     print_json,
     resolve_config,
+    writing_to,
 )
 
 
@@ -58,7 +59,8 @@ def check(
     if save is not None:
         from grpolab.files import atomic_write_text
 
-        atomic_write_text(save, jsonlib.dumps(report, indent=2, default=str))
+        with writing_to(save, "--save"):
+            atomic_write_text(save, jsonlib.dumps(report, indent=2, default=str))
     if json:
         print_json(report)
     else:
@@ -131,7 +133,8 @@ def compare(
         from grpolab.report.trajectories import page, side_by_side
 
         body = f"<h1>{against} vs {run}</h1>" + side_by_side(left_rows, right_rows, against, run, limit)
-        atomic_write_text(html_out, page(f"{against} vs {run}", body))
+        with writing_to(html_out, "--html"):
+            atomic_write_text(html_out, page(f"{against} vs {run}", body))
     if json:
         print_json(
             {
@@ -160,7 +163,8 @@ def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -
     from grpolab.report.html import render_report
 
     skipped: list[str] = []
-    written = render_report(run, skipped)
+    with writing_to(run / "report.html", "--run"):
+        written = render_report(run, skipped)
     for line in skipped:
         err_console.print(f"skipped: {line}", markup=False)
     console.print(f"wrote {written}")
