@@ -217,6 +217,10 @@ BAD = [
     (["config", "--weights", "nan,1.5,3,-0.05"], "not finite"),
     (["config", "--weights", "1,inf,3,-0.05"], "not finite"),
     (["eval", "--env", "bfcl", "--data", "/dev/null", "--model", "tiny"], "not a regular file"),
+    (["eval", "--env", "finance", "--model", "tiny", "--limit", "-1"], "--limit"),
+    (["tasks", "--limit", "-5"], "--limit"),
+    (["check", "--prompts", "0"], "--prompts"),
+    (["simulate", "--calibrate", "/proc/self/mem"], "not a regular file"),
 ]
 
 
@@ -224,6 +228,14 @@ BAD = [
 def test_bad_input_exits_2(cli, argv, problem):
     code, _, err = cli(*argv)
     assert code == 2 and problem in err, err
+
+
+def test_simulate_calibrates_only_from_well_formed_rows(cli, tmp_path):
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "config.json").write_text('{"env": "finance"}')
+    (tmp_path / "eval" / "0.jsonl").write_text('{"task_id": 1, "components": "x"}\n{"tokens": "many"}\n')
+    code, _, err = cli("simulate", "--calibrate", str(tmp_path), "--steps", "5")
+    assert code == 2 and "skipped 2 malformed episode row(s)" in err and "no scored episodes" in err, err
 
 
 @pytest.mark.parametrize(

@@ -99,7 +99,7 @@ def tasks(
     env: EnvOpt = None,
     seed: SeedOpt = None,
     split: Annotated[str, typer.Option("--split", help="train or heldout.")] = "train",
-    limit: Annotated[int | None, typer.Option("--limit", help="Show at most this many.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Show at most this many.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """List an environment's tasks with their answers and reference transcripts."""

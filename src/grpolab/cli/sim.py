@@ -16,6 +16,7 @@ from grpolab.cli.options import (
     SeedOpt,
     WeightsOpt,
     console,
+    err_console,
     finite,
     positive_finite,
     print_json,
@@ -54,9 +55,23 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
             raise UserError(f"{path}: dry_run.base_episodes is not a list of episode rows", fix)
     else:
         raise UserError(f"calibration source not found: {path}", "pass a run directory or a `check --save` JSON file")
-    if not rows:
+    usable = [r for r in rows if _classifiable(r)]
+    if len(usable) < len(rows):
+        err_console.print(f"skipped {len(rows) - len(usable)} malformed episode row(s) of {path}", markup=False)
+    if not usable:
         raise UserError(f"{path} has no scored episodes to calibrate from", "run an eval or a training step first")
-    return rows
+    return usable
+
+
+def _classifiable(row: dict[str, Any]) -> bool:
+    """Whether the simulator can read an episode row's class (a damaged row has the wrong types)."""
+    from grpolab.trust.simulate import classify
+
+    try:
+        classify(row)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -80,7 +80,7 @@ def eval_(
     weights: WeightsOpt = None,
     run: Annotated[Path | None, typer.Option("--run", help="Evaluate this run's latest checkpoint.")] = None,
     split: Annotated[str, typer.Option("--split", help="train, heldout or all.")] = "heldout",
-    limit: Annotated[int | None, typer.Option("--limit", help="Tasks to evaluate.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Tasks to evaluate.")] = None,
     data: Annotated[
         list[Path] | None, typer.Option("--data", help="Data file(s) for envs that read them (bfcl).")
     ] = None,

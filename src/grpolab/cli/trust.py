@@ -36,9 +36,9 @@ def check(
     model: ModelOpt = None,
     seed: SeedOpt = None,
     weights: WeightsOpt = None,
-    prompts: Annotated[int, typer.Option("--prompts", help="Prompts for the learnability smoke test.")] = 4,
+    prompts: Annotated[int, typer.Option("--prompts", min=1, help="Prompts for the learnability smoke test.")] = 4,
     group_size: Annotated[
-        int | None, typer.Option("--group-size", help="G for the smoke test (default: config).")
+        int | None, typer.Option("--group-size", min=2, help="G for the smoke test (default: config).")
     ] = None,
     allow_gameable: Annotated[
         bool, typer.Option("--allow-gameable", help="Exit 0 even when a probe beats honest work.")
@@ -108,7 +108,7 @@ def _policy_for(spec: str, cfg_default):
 def compare(
     run: Annotated[str, typer.Option("--run", help="Trained run directory (or a model name).")],
     against: Annotated[str, typer.Option("--against", help="'base', another run directory, or a model name.")] = "base",
-    limit: Annotated[int, typer.Option("--limit", help="Held-out prompts.")] = 6,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Held-out prompts.")] = 6,
     html_out: Annotated[Path | None, typer.Option("--html", help="Write the side-by-side page here.")] = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
