@@ -238,6 +238,39 @@ def test_the_private_folder_is_0700_and_removed_on_exit(tmp_path):
     assert not folder.exists()
 
 
+def test_an_explicit_host_is_warned_about_and_named_hosts_are_accepted(cli, monkeypatch, tmp_path):
+    import socket
+
+    from grpolab.lab import app
+
+    calls = []
+    monkeypatch.setattr(app, "launch", lambda *a, **k: calls.append(k["host_names"]))
+    code, _, err = cli("lab", "--runs", str(tmp_path))
+    assert code == 0 and "warning" not in err and calls[-1] == {"localhost", "127.0.0.1", "::1"}
+    code, _, err = cli("lab", "--runs", str(tmp_path), "--host", "0.0.0.0", "--allow-host", "Lab.Example.")
+    flat = " ".join(err.split())
+    assert code == 0 and "warning: --host 0.0.0.0: the lab has no login" in flat and "--allow-host" in flat
+    assert {"lab.example", socket.gethostname().lower(), "localhost"} <= calls[-1]
+
+
+def test_host_and_origin_rules():
+    from grpolab.lab.guard import accepted_names, refusal
+
+    names = accepted_names("127.0.0.1")
+    assert refusal({"host": "localhost:7860"}, names) is None
+    assert refusal({"host": "[::1]:7860", "origin": "http://[::1]:7860"}, names) is None
+    assert refusal({"host": "LOCALHOST.:7860", "origin": "http://127.0.0.1:7860"}, names) is None
+    for headers in (
+        {"host": "attacker.example:7860"},
+        {"host": "127.0.0.1.attacker.example"},
+        {},
+        {"host": "localhost:7860", "origin": "http://attacker.example"},
+        {"host": "localhost:7860", "origin": "null"},
+        {"host": "localhost:7860", "origin": "http://localhost.attacker.example:7860"},
+    ):
+        assert refusal(headers, names), headers
+
+
 FORM = ["finance", "tiny", 1.0, 1.5, 3.0, -0.05, 0.05, 0.2, 4, 2e-4]
 """env, model, weights F S C L, beta, epsilon, G, learning rate (the order of the page's config inputs)."""
 
