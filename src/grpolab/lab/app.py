@@ -374,10 +374,10 @@ def launch(
     from starlette.middleware import Middleware
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    if block and hasattr(signal, "SIGTERM"):  # before the folder exists, so no SIGTERM can leave it behind
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a normal exit: atexit removes the folder
     workdir = private_workdir()
     print(f"private folder: {workdir} (exports, served files; removed on exit)", flush=True)
-    if block and hasattr(signal, "SIGTERM"):
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a normal exit, so the folder is removed
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     page = build(root, workdir, limits)
     page.queue()
