@@ -1,12 +1,17 @@
-"""The web lab: artifact views, background runs, and the page driven in Debian's headless chromium."""
+"""The web lab: artifact views, background runs, its lock-down (files, Host/Origin, bounds, paths, jobs), and the
+page driven in Debian's headless chromium."""
 
 import json
 import os
 import shutil
+import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -15,6 +20,7 @@ import pytest
 pytest.importorskip("gradio")
 
 from grpolab.config import load_config  # noqa: E402
+from grpolab.errors import UserError  # noqa: E402
 from grpolab.lab import jobs, views  # noqa: E402
 from grpolab.rundir import RunDir  # noqa: E402
 
@@ -59,6 +65,25 @@ def test_views_turn_malformed_run_dirs_into_messages(runs_root, tmp_path):
     assert "<svg" in views.chart(good.metrics, "t") and "lab-card" in views.run_cards(good)
     tid = views.task_ids(good)[0]
     assert "<pre>" in views.episode_pair(good, tid, good.eval_labels()[-1])
+
+
+def test_views_show_what_they_can_of_malformed_values(tmp_path):
+    run = tmp_path / "odd"
+    (run / "eval").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"env": "finance", "grpo": [1], "train": "x"}))
+    rows = [{"step": 1, "kl": "x", "kl_bound": "y", "reward/mean": float("inf"), "alarms": ["a"]}, {"step": 2}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "eval" / "summary.json").write_text(json.dumps({"base": {"heldout/tool_call_prob": "q"}}))
+    (run / "preflight.json").write_text(json.dumps({"probes": [{"probe": 1}], "gameable": [1, None]}))
+    (run / "eval" / "base.jsonl").write_text(json.dumps({"task_id": ["t"], "components": [1]}) + "\n")
+    (run / "eval" / "3.jsonl").write_text(json.dumps({"task_id": "t", "reasons": "r"}) + "\n")
+    view = views.load_run(run)
+    assert view.ok and [r["step"] for r in view.metrics] == [1, 2]
+    summary = views.run_summary(view)
+    assert "alarms is not a mapping" in summary and "eval/base.jsonl: 1 malformed" in summary
+    assert "lab-card" in views.run_cards(view) and "<svg" in views.chart(view.metrics, "t")
+    assert "No trajectory" in views.episode_pair(view, "t", "3")
+    assert "malformed probe row" in views.preflight_panel(view.preflight)
 
 
 def test_config_toml_reads_back_equal():
@@ -150,6 +175,189 @@ def _pick(page, elem_id: str, value: str) -> None:
     box.fill(value)
     box.press("Enter")
     box.blur()
+
+
+def _status(url: str, headers: dict[str, str] | None = None, data: bytes | None = None) -> int:
+    request = urllib.request.Request(url, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _status_or_none(url: str) -> int | None:
+    try:
+        return _status(url)
+    except OSError:  # not listening yet
+        return None
+
+
+def test_the_lab_serves_no_file_outside_its_private_folder(lab_url, runs_root, tmp_path):
+    private = tmp_path / "private.txt"  # another user's file under the temp dir
+    private.write_text("secret")
+    private.chmod(0o600)
+    assert str(private).startswith(tempfile.gettempdir())
+    for path in (private, runs_root / "tiny" / "config.json", Path("/etc/hostname")):
+        assert _status(f"{lab_url}gradio_api/file={path}") == 403, path
+        assert _status(f"{lab_url}file={path}") in (403, 404), path
+
+
+def test_the_lab_answers_only_its_own_host_and_origin(lab_url):
+    port = lab_url.rsplit(":", 1)[1].strip("/")
+    assert _status(lab_url) == 200
+    assert _status(lab_url, {"Host": f"localhost:{port}"}) == 200
+    assert _status(lab_url, {"Host": f"rebound.example:{port}"}) == 403  # DNS rebinding
+    join = f"{lab_url}gradio_api/queue/join"
+    body, kind = b'{"fn_index": 0, "data": [], "session_hash": "x"}', {"Content-Type": "application/json"}
+    assert _status(join, {**kind, "Origin": "http://evil.example"}, body) == 403  # CSRF from another site
+    assert _status(join, {**kind, "Origin": "null"}, body) == 403
+    assert _status(f"{lab_url}gradio_api/info", {"Origin": f"http://127.0.0.1:{port}"}) == 200
+
+
+def test_the_private_folder_is_0700_and_removed_on_exit(tmp_path):
+    port, log = _free_port(), tmp_path / "lab.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(tmp_path / "runs"), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and _status_or_none(f"http://127.0.0.1:{port}/") != 200:
+            time.sleep(0.3)
+        words = [w for w in log.read_text().split() if "grpolab-lab-" in w]
+        assert words, log.read_text()
+        folder = Path(words[0])
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert folder.parent == Path(tempfile.gettempdir()) and (folder / "exports").is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert not folder.exists()
+
+
+def test_an_explicit_host_is_warned_about_and_named_hosts_are_accepted(cli, monkeypatch, tmp_path):
+    import socket
+
+    from grpolab.lab import app
+
+    calls = []
+    monkeypatch.setattr(app, "launch", lambda *a, **k: calls.append(k["host_names"]))
+    code, _, err = cli("lab", "--runs", str(tmp_path))
+    assert code == 0 and "warning" not in err and calls[-1] == {"localhost", "127.0.0.1", "::1"}
+    code, _, err = cli("lab", "--runs", str(tmp_path), "--host", "0.0.0.0", "--allow-host", "Lab.Example.")
+    flat = " ".join(err.split())
+    assert code == 0 and "warning: --host 0.0.0.0: the lab has no login" in flat and "--allow-host" in flat
+    assert {"lab.example", socket.gethostname().lower(), "localhost"} <= calls[-1]
+
+
+def test_host_and_origin_rules():
+    from grpolab.lab.guard import accepted_names, refusal
+
+    names = accepted_names("127.0.0.1")
+    assert refusal({"host": "localhost:7860"}, names) is None
+    assert refusal({"host": "[::1]:7860", "origin": "http://[::1]:7860"}, names) is None
+    assert refusal({"host": "LOCALHOST.:7860", "origin": "http://127.0.0.1:7860"}, names) is None
+    for headers in (
+        {"host": "attacker.example:7860"},
+        {"host": "127.0.0.1.attacker.example"},
+        {},
+        {"host": "localhost:7860", "origin": "http://attacker.example"},
+        {"host": "localhost:7860", "origin": "null"},
+        {"host": "localhost:7860", "origin": "http://localhost.attacker.example:7860"},
+    ):
+        assert refusal(headers, names), headers
+
+
+FORM = ["finance", "tiny", 1.0, 1.5, 3.0, -0.05, 0.05, 0.2, 4, 2e-4]
+"""env, model, weights F S C L, beta, epsilon, G, learning rate (the order of the page's config inputs)."""
+
+
+def _form(**change) -> list:
+    values = dict(zip(["env", "model", "F", "S", "C", "L", "beta", "eps", "G", "lr"], FORM))
+    values.update(change)
+    return list(values.values())
+
+
+def test_run_names_and_paths_are_confined_to_the_runs_folder(runs_root, tmp_path):
+    from grpolab.lab import app
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "config.json").write_text(json.dumps({"env": "finance", "model": "tiny"}))
+    (runs_root / "link-out").symlink_to(outside)
+    try:
+        for name in (str(outside), "../elsewhere", "link-out", "/etc", str(runs_root), "a\x00b", "x" * 5000):
+            summary = app.run_view(runs_root, name)[0]
+            assert "outside the runs folder" in summary or "not a usable path" in summary, (name, summary)
+            assert app.episode_view(runs_root, name, "t", 0) == ""
+        assert "link-out" not in views.list_runs(runs_root)
+        assert "lab-error" not in app.run_view(runs_root, str(runs_root / "tiny"))[0]  # a path inside is fine
+    finally:
+        (runs_root / "link-out").unlink()
+
+
+def test_job_parameters_are_bounded(tmp_path):
+    from grpolab.lab import app
+    from grpolab.lab.limits import LabLimits
+
+    root = tmp_path / "runs"
+    refused = [
+        (_form(), 10**9, 0, "train.steps"),
+        (_form(), 5, 10**6, "train.sft_steps"),
+        (_form(lr=1e3), 5, 0, "grpo.learning_rate"),
+        (_form(G=10**6), 5, 0, "rollout.group_size"),
+        (_form(F=float("nan")), 5, 0, "finite"),
+        (_form(model="/etc/passwd"), 5, 0, "not one the lab may load"),
+        (_form(model="gpt2"), 5, 0, "--allow-model"),
+        (_form(env="os:getcwd"), 5, 0, "not offered by the lab"),
+    ]
+    for values, steps, sft, problem in refused:
+        message, _ = app.start_view(root, LabLimits(), "job", *values, steps, sft)
+        assert "cannot start" in message and problem in message, message
+    for name in ("../escape", "", ".hidden", "a/b", "x" * 100):
+        message, _ = app.start_view(root, LabLimits(), name, *_form(), 5, 0)
+        assert "not a plain directory name" in message, message
+    assert not root.exists() or list(root.iterdir()) == []
+    cards, chart, _ = app.simulate_view("finance", "tiny", *_form()[2:], 0.5, 100_000)  # simulated iterations
+    assert "is outside the lab" in cards and "simulated iterations = 100000" in chart
+    script, path = app.export_view(tmp_path / "exports", *_form(), 5, 0)
+    assert "GRPOConfig(" in script and Path(path).parent.parent == tmp_path / "exports"
+
+
+def _kill_jobs(root: Path) -> None:
+    for state in root.glob(".*.lab.json"):
+        pid = json.loads(state.read_text())["pid"]
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def test_one_job_per_run_dir_and_a_cap_on_running_jobs(tmp_path):
+    cfg = load_config(None, {"model": "tiny", "env": "arithmetic", "rollout.group_size": 2, "train.steps": 200})
+    try:
+        first = jobs.start(cfg, tmp_path, "a")
+        with pytest.raises(UserError, match="already exists"):
+            jobs.start(cfg, tmp_path, "a")  # at once: the directory was claimed before the process started
+        with pytest.raises(UserError, match="is in use by pid"):
+            RunDir.create(first, cfg)  # the CLI's claim sees the job's
+        jobs.start(cfg, tmp_path, "b")
+        with pytest.raises(UserError, match="2 training jobs are running"):
+            jobs.start(cfg, tmp_path, "c")
+        assert jobs.active(tmp_path) == ["a", "b"] and not (tmp_path / "c").exists()
+        deadline = time.time() + 120  # the started process takes the claim over (claim.json names it)
+        pid = json.loads((tmp_path / ".a.lab.json").read_text())["pid"]
+        while time.time() < deadline and json.loads((first / "claim.json").read_text())["pid"] != pid:
+            time.sleep(0.2)
+        assert json.loads((first / "claim.json").read_text())["pid"] == pid, (tmp_path / ".a.log").read_text()
+        assert jobs.running(tmp_path, "a")
+    finally:
+        _kill_jobs(tmp_path)
+    assert not jobs.running(tmp_path, "a") and jobs.active(tmp_path) == []
 
 
 def test_the_page_in_chromium(lab_url, runs_root, tmp_path):

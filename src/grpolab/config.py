@@ -7,6 +7,7 @@ defined twice: the CLI, the trainer, the simulator and the exporter all read `La
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,11 @@ from grpolab.rewards.components import COMPONENTS, default_weights, letter, stan
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    # allow_inf_nan=False: every float of every section must be finite (inf passes any `gt`/`ge` bound, NaN
+    # poisons training, and either makes --json print invalid JSON)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False
+    )
 
 
 class RewardConfig(_Section):
@@ -192,6 +197,8 @@ def parse_weights(text: str) -> dict[str, float]:
         values = [float(p) for p in parts]
     except ValueError:
         raise UserError(f"--weights has a value that is not a number: {text!r}", example)
+    if not all(math.isfinite(v) for v in values):
+        raise UserError(f"--weights has a value that is not finite: {text!r}", example)
     return dict(zip(names, values))
 
 
@@ -199,19 +206,14 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     """Read a TOML config (or the defaults), apply dotted-key overrides, validate.
 
     `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
-    that were not given leave the file's values alone.
+    that were not given leave the file's values alone. The file is read within `files.MAX_CONFIG_BYTES` and
+    `files.MAX_NESTING`; anything wrong is a UserError naming the field.
     """
     data: dict[str, Any] = {}
     source = "config"
     if path is not None:
         source = str(path)
-        p = Path(path)
-        if not p.is_file():
-            raise UserError(f"config file not found: {path}", "check the path given to --config")
-        try:
-            data = tomllib.loads(p.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"{path}: not valid TOML ({exc})", "fix the syntax of the config file")
+        data = _read_toml(path)
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -219,11 +221,24 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         *parents, leaf = dotted.split(".")
         for key in parents:
             node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise UserError(f"{source}: '{key}' is not a section (setting {dotted})", "check the field name")
         node[leaf] = value
     try:
         return LabConfig.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc, source) from None
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    from grpolab.files import MAX_CONFIG_BYTES, check_nesting, read_user_file
+
+    text = read_user_file(path, "config file", MAX_CONFIG_BYTES, "check the path given to --config")
+    check_nesting(text, str(path), "a lab config nests at most 3 levels; fix the config file", kind="toml")
+    try:
+        return tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise UserError(f"{path}: not valid TOML ({exc})", "fix the syntax of the config file") from None
 
 
 def config_to_dict(config: LabConfig) -> dict[str, Any]:

@@ -1,16 +1,26 @@
-"""Writing files so that a process killed at any moment leaves whole files, and reading JSON Lines defensively.
+"""Writing files so that a process killed at any moment leaves whole files, reading JSON Lines defensively, and
+reading what a user hands us within stated limits.
 
 The run directory (`grpolab.rundir`), the model cache (`grpolab.models`), exports and reports all write through
 here: a temp file (or directory) in the target's folder, fsync, then one `os.replace`.
+
+Every file or text a user names (configs, completions, data files, tool arguments) is read through
+`read_user_file` / `check_nesting`: a regular file under a size limit, nesting refused before a parser could
+recurse. The limits live here, in one place, and every refusal quotes the one it hit.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +56,80 @@ def atomic_write_dir(target: Path, fill: Callable[[Path], Any]) -> None:
         tmp.rename(target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---- locks: flock, so the kernel releases them when the holder dies (kill -9 included); no stale lock files ----
+
+
+def try_lock(path: Path) -> int | None:
+    """An open fd holding an exclusive flock on `path` (created if missing, never replaced), or None when another
+    open file holds it. OSError when the file cannot be created or locked (read-only place, no lock support)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def adopt_lock(fd: int, path: Path) -> bool:
+    """Take over a lock fd inherited from a parent process, if it really is an open file of `path` holding the
+    lock (flock on the same open file is a no-op for its holder; anything else is refused)."""
+    try:
+        mine, theirs = os.fstat(fd), os.stat(path)
+        if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def is_locked(path: Path) -> bool:
+    """Whether some process holds a flock on `path`, read from /proc/locks (taking the lock to find out would
+    make a trainer starting at that moment fail)."""
+    try:
+        info = os.stat(path)
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    for line in table.splitlines():
+        fields = line.split()
+        if "->" in fields or "FLOCK" not in fields:  # "->" marks a waiter, not a holder
+            continue
+        for f in fields:
+            parts = f.split(":")
+            if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) == info.st_ino:
+                try:
+                    if (int(parts[0], 16), int(parts[1], 16)) == (os.major(info.st_dev), os.minor(info.st_dev)):
+                        return True
+                except ValueError:
+                    continue
+    return False
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` for a short critical section (blocking)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def json_line(row: dict[str, Any]) -> str:
@@ -87,7 +171,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     for line in path.read_text(errors="replace").splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a malformed or absurdly nested line costs only itself
             continue
         if isinstance(row, dict):
             rows.append(row)
@@ -100,7 +184,160 @@ def read_json(path: Path, problems: list[str] | None = None) -> Any:
         return None
     try:
         return json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         if problems is not None:
             problems.append(f"{path.name} is not valid JSON ({exc})")
         return None
+
+
+# ---- what users hand us: limits, and reading within them ----------------------------------------------------------
+
+KIB, MIB = 1024, 1024 * 1024
+MAX_CONFIG_BYTES = 256 * KIB
+"""A TOML config (the shipped ones are under 2 KiB; tomllib reads about 1 MB/s)."""
+MAX_COMPLETION_BYTES = 1 * MIB
+"""A transcript to score (a 160-token episode is under 1 KiB; scoring takes about 2 s per MiB)."""
+MAX_DATA_BYTES = 32 * MIB
+"""A data or task file (BFCL's files are under 400 KiB), a `check --save` report."""
+MAX_TOOL_ARGS_BYTES = 64 * KIB
+"""Tool arguments given as JSON on the command line."""
+MAX_NESTING = 64
+"""Brackets, braces or dotted-key parts nested deeper than this are refused before parsing (parsers recurse, and
+tomllib's dotted keys take quadratic time)."""
+
+_SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def size_text(n: int) -> str:
+    return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else f"{n // KIB} KiB" if n >= KIB else f"{n} bytes"
+
+
+def read_user_file(path: str | Path, what: str, limit: int, fix: str, errors: str = "strict") -> str:
+    """The text of a file the user named: a regular file (not a directory, device, FIFO, socket or a /proc, /sys
+    or /dev entry) of at most `limit` bytes. Anything else is a UserError naming `what` and the limit.
+    `fix` says how to point at a good file (e.g. "check the path given to --config")."""
+    from grpolab.errors import UserError
+
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"{what} not found: {path}", fix) from None
+    except (OSError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, a NUL byte in the name...
+        raise UserError(f"cannot open {what} {path} ({_reason(exc)})", fix) from None
+    real = os.path.realpath(path)
+    if not stat.S_ISREG(info.st_mode) or any(real == r or real.startswith(r + "/") for r in _SPECIAL_ROOTS):
+        raise UserError(f"{what} {path} is not a regular file ({_kind(info.st_mode, real)})", fix)
+    if info.st_size > limit:
+        raise UserError(f"{what} {path} is {info.st_size} bytes, over the {size_text(limit)} limit", fix)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path} ({_reason(exc)})", fix) from None
+    if len(data) > limit:  # it grew after the stat
+        raise UserError(f"{what} {path} is over the {size_text(limit)} limit", fix)
+    try:
+        return data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", fix) from None
+
+
+def read_user_stream(stream: Any, what: str, limit: int, fix: str) -> str:
+    """At most `limit` characters from a stream (stdin); more is a UserError naming the limit."""
+    from grpolab.errors import UserError
+
+    text = stream.read(limit + 1)
+    if len(text) > limit:
+        raise UserError(f"{what} is over the {size_text(limit)} limit", fix)
+    return text
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def _kind(mode: int, real: str) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return f"a special file under /{real.split('/')[1]}"
+
+
+# Tokenisers for counting nesting without parsing: each token costs O(1), so a scan is linear in the text (regexes
+# that skip strings or match dotted keys backtrack quadratically on crafted input). Strings and comments hide
+# brackets and dots; an escape is one token.
+_JSON_TOKENS = re.compile(r'\\[\s\S]|"|[\[\]{}]|[^\\"\[\]{}]+')
+_TOML_TOKENS = re.compile(r'"""|\'\'\'|\\[\s\S]|[A-Za-z0-9_-]+|[ \t]+|[\s\S]')
+_TOML_CLOSE = {'"': {'"', "\n"}, "'": {"'", "\n"}, '"""': {'"""'}, "'''": {"'''"}, "#": {"\n"}}
+
+
+def _json_depth(text: str) -> int:
+    depth = deepest = 0
+    in_string = False
+    for m in _JSON_TOKENS.finditer(text):
+        tok = m.group()
+        if tok == '"':
+            in_string = not in_string
+        elif in_string or tok[0] == "\\":
+            continue
+        elif tok in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif tok in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def _toml_depth(text: str) -> int:
+    """Bracket depth, or the most parts of one dotted key (`a.b."c".d` has 4), whichever is larger."""
+    depth = deepest = parts = 0
+    inside: str | None = None  # the opener of the string or comment we are in
+    after_dot = last_was_part = False
+    for m in _TOML_TOKENS.finditer(text):
+        tok = m.group()
+        if inside is not None:
+            if tok in _TOML_CLOSE[inside]:
+                part, inside = inside != "#", None
+                if part:  # a quoted key part, like a bare one
+                    parts = parts + 1 if after_dot else 1
+                    deepest, after_dot, last_was_part = max(deepest, parts), False, True
+                else:
+                    after_dot = last_was_part = False
+            continue
+        if tok in _TOML_CLOSE:
+            inside = tok
+        elif tok[0].isalnum() or tok[0] in "_-":
+            parts = parts + 1 if after_dot else 1
+            deepest, after_dot, last_was_part = max(deepest, parts), False, True
+        elif tok == "." and last_was_part:
+            after_dot, last_was_part = True, False
+        elif tok[0] in " \t":
+            continue
+        else:
+            after_dot = last_was_part = False
+            if tok in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif tok in "]}":
+                depth = max(depth - 1, 0)
+    return deepest
+
+
+def nesting_depth(text: str, kind: str = "json") -> int:
+    """How deeply `text` nests (brackets and braces; in TOML also dotted-key parts), counted without parsing it:
+    linear time, no recursion. Unbalanced text is counted as far as it goes (the parser reports the syntax)."""
+    return _toml_depth(text) if kind == "toml" else _json_depth(text)
+
+
+def check_nesting(text: str, what: str, fix: str, kind: str = "json") -> None:
+    """A UserError when `text` nests deeper than MAX_NESTING (before any parser recurses into it)."""
+    from grpolab.errors import UserError
+
+    depth = nesting_depth(text, kind)
+    if depth > MAX_NESTING:
+        raise UserError(f"{what} nests {depth} levels deep, over the limit of {MAX_NESTING}", fix)

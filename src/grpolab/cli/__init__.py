@@ -99,7 +99,7 @@ def tasks(
     env: EnvOpt = None,
     seed: SeedOpt = None,
     split: Annotated[str, typer.Option("--split", help="train or heldout.")] = "train",
-    limit: Annotated[int | None, typer.Option("--limit", help="Show at most this many.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Show at most this many.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """List an environment's tasks with their answers and reference transcripts."""
@@ -138,15 +138,14 @@ def tools_run(
     """Run one tool with JSON arguments and print its response."""
     import json as jsonlib
 
+    from grpolab.cli.inputs import tool_arguments
+
     cfg = resolve_config(config, env)
     e = env_for(cfg)
     tool = e.toolbox.get(name)
     if tool is None:
         raise UserError(f"unknown tool {name!r} in env {cfg.env!r}", f"use one of: {', '.join(e.toolbox.tools)}")
-    try:
-        arguments = jsonlib.loads(args)
-    except ValueError as exc:
-        raise UserError(f"tool arguments are not valid JSON ({exc})", 'pass an object like \'{"expression": "1+1"}\'')
+    arguments = tool_arguments(args)
     problem = tool.validation_error(arguments)
     if problem:
         raise UserError(f"tool arguments do not fit {name}'s schema: {problem}", f"see `grpolab envs` for {name}")
@@ -167,17 +166,13 @@ def reward_score(
     json: JsonOpt = False,
 ) -> None:
     """Score an assistant transcript (tool responses included) by re-executing its tool calls."""
+    from grpolab.cli.inputs import completion_text
     from grpolab.rewards.score import score_transcript
 
     cfg = resolve_config(config, env, weights=weights)
     e = env_for(cfg)
     t = e.task(task)
-    if str(completion) == "-":
-        text = sys.stdin.read()
-    elif not completion.is_file():
-        raise UserError(f"completion file not found: {completion}", "pass an existing file or '-' for stdin")
-    else:
-        text = completion.read_text(errors="replace")
+    text = completion_text(completion)
     s = score_transcript(e, t, text, cfg.reward.weights, cfg.reward.length_unit)
     if json:
         print_json(s.to_json())

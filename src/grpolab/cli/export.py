@@ -17,6 +17,7 @@ from grpolab.cli.options import (
     console,
     print_json,
     resolve_config,
+    writing_to,
 )
 
 
@@ -42,7 +43,8 @@ def export_trl(
     from grpolab.trl.settings import unsupported
 
     cfg = resolve_config(config, env, model, seed, weights)
-    paths = write(cfg, output, standalone=standalone, gpus=gpus)
+    with writing_to(output, "-o"):
+        paths = write(cfg, output, standalone=standalone, gpus=gpus)
     notes = unsupported(cfg)
     if json:
         print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes})

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +14,7 @@ import typer
 from rich.console import Console
 
 from grpolab.config import LabConfig, field_doc, load_config, parse_weights
+from grpolab.errors import UserError
 from grpolab.rewards.components import default_weights, letter, standard_names
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
@@ -29,9 +33,24 @@ WeightsOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
+def finite(value: float | None) -> float | None:
+    """Typer callback for float options: NaN and infinities are refused (exit 2 naming the option)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+def positive_finite(value: float | None) -> float | None:
+    """Typer callback for float options that must be a finite number above 0."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a finite number above 0")
+    return value
+
+
 def field_option(flag: str, field: str, kind: type = int) -> Any:
     """A CLI option that sets one config field, with the field's docstring as its help."""
-    return Annotated[kind | None, typer.Option(flag, help=f"{field_doc(field)} ({field})")]
+    callback = finite if kind is float else None
+    return Annotated[kind | None, typer.Option(flag, help=f"{field_doc(field)} ({field})", callback=callback)]
 
 
 def resolve_config(
@@ -50,6 +69,29 @@ def resolve_config(
     return load_config(config, overrides)
 
 
+@contextmanager
+def writing_to(path: Path, flag: str) -> Iterator[None]:
+    """Writing an output the user named: a file system error (read-only, a folder in the way, no space) is a
+    UserError naming the path and the flag, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write {path} ({reason})", f"pick a writable path for {flag}") from None
+
+
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Strict JSON on stdout: a non-finite number (a reward that failed is NaN) is written as null, never as the
+    NaN/Infinity tokens that JSON parsers other than Python's reject."""
+    sys.stdout.write(json.dumps(_strict(data), indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
+
+
+def _strict(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _strict(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_strict(v) for v in data]
+    return data

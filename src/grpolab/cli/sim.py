@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 import json as jsonlib
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from grpolab.cli.options import ConfigOpt, EnvOpt, JsonOpt, SeedOpt, WeightsOpt, console, print_json, resolve_config
+from grpolab.cli.options import (
+    ConfigOpt,
+    EnvOpt,
+    JsonOpt,
+    SeedOpt,
+    WeightsOpt,
+    console,
+    err_console,
+    finite,
+    positive_finite,
+    print_json,
+    resolve_config,
+)
 from grpolab.config import field_doc
 from grpolab.errors import UserError
 from grpolab.trust.simulate import SimSettings
+
+MAX_SIM_STEPS = 10_000
+MAX_SIM_RUNS = 256
+"""Bounds on `simulate`: its arrays grow with steps x runs (16 runs x 1,000 steps take about 0.1 s)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -25,16 +42,47 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
     if path.is_dir():
         run = RunDir(path)
         rows = run.eval_rows("0") or [r for r in run.episodes() if r.get("step") == 1]
-    elif path.is_file():
+    elif path.exists():
+        from grpolab.files import MAX_DATA_BYTES, read_user_file
+
+        fix = "pass a run directory or a `grpolab check --save` report"
+        text = read_user_file(path, "calibration report", MAX_DATA_BYTES, fix)
         try:
-            rows = jsonlib.loads(path.read_text())["dry_run"]["base_episodes"]
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{path} is not a `grpolab check --save` report", "pass a run directory or such a report")
+            rows = jsonlib.loads(text)["dry_run"]["base_episodes"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            raise UserError(f"{path} is not a `grpolab check --save` report", fix) from None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise UserError(f"{path}: dry_run.base_episodes is not a list of episode rows", fix)
     else:
         raise UserError(f"calibration source not found: {path}", "pass a run directory or a `check --save` JSON file")
-    if not rows:
+    usable = [r for r in rows if _classifiable(r)]
+    if len(usable) < len(rows):
+        err_console.print(f"skipped {len(rows) - len(usable)} malformed episode row(s) of {path}", markup=False)
+    if not usable:
         raise UserError(f"{path} has no scored episodes to calibrate from", "run an eval or a training step first")
-    return rows
+    return usable
+
+
+def _classifiable(row: dict[str, Any]) -> bool:
+    """Whether the simulator can read an episode row's class (a damaged row has the wrong types)."""
+    from grpolab.trust.simulate import classify
+
+    try:
+        classify(row)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metric rows a simulation can be held against: a step in range, finite numbers only (malformed values of a
+    hand-edited or damaged metrics.jsonl are left out, not a crash)."""
+    keep = []
+    for r in rows:
+        if 1 <= r["step"] <= MAX_SIM_STEPS:
+            values = {k: v for k, v in r.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+            keep.append({**values, "step": r["step"]})
+    return keep
 
 
 def simulate(
@@ -42,10 +90,14 @@ def simulate(
     env: EnvOpt = None,
     seed: SeedOpt = None,
     weights: WeightsOpt = None,
-    steps: Annotated[int, typer.Option("--steps", help="GRPO iterations to simulate.")] = 100,
-    runs: Annotated[int, typer.Option("--runs", help="Seeded runs averaged (band = 10-90%).")] = 16,
-    beta: Annotated[float | None, typer.Option("--beta", help=f"{field_doc('grpo.beta')} (grpo.beta)")] = None,
-    lr: Annotated[float, typer.Option("--lr", help=SimSettings.LR_DOC)] = 0.5,
+    steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_SIM_STEPS, help="GRPO iterations to simulate.")] = 100,
+    runs: Annotated[
+        int, typer.Option("--runs", min=1, max=MAX_SIM_RUNS, help="Seeded runs averaged (band = 10-90%).")
+    ] = 16,
+    beta: Annotated[
+        float | None, typer.Option("--beta", callback=finite, help=f"{field_doc('grpo.beta')} (grpo.beta)")
+    ] = None,
+    lr: Annotated[float, typer.Option("--lr", callback=positive_finite, help=SimSettings.LR_DOC)] = 0.5,
     calibrate: Annotated[
         Path | None, typer.Option("--calibrate", help="Run dir or check report: initial class mix.")
     ] = None,
@@ -66,7 +118,7 @@ def simulate(
     result = run_sim(profiles, prior, SimSettings(cfg, steps=steps, runs=runs, lr=lr))
     result["prior_source"] = str(source) if source else "documented default (SmolLM2-135M base: mostly free text)"
     if real is not None:
-        real_rows = RunDir(real).metrics()
+        real_rows = _comparable(RunDir(real).metrics())
         if not real_rows:
             raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
         result["sim_to_real"] = sim_to_real(result, real_rows)

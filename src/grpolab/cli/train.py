@@ -49,13 +49,18 @@ def train(
     quiet: QuietOpt = False,
 ) -> None:
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
+    from pydantic import ValidationError
+
     from grpolab.engine.loop import train as run_training
     from grpolab.rundir import RunDir
 
     if resume is not None:
         cfg = RunDir(resume).read_config()
         if steps is not None:
-            cfg.train.steps = steps
+            try:
+                cfg.train.steps = steps
+            except ValidationError as exc:  # the field's own bound
+                raise UserError(f"--steps {steps}: {exc.errors()[0]['msg']}", "pass 0 or more") from None
         run_training(cfg, resume, resume=True, quiet=quiet)
         return
     if out is None:
@@ -75,7 +80,7 @@ def eval_(
     weights: WeightsOpt = None,
     run: Annotated[Path | None, typer.Option("--run", help="Evaluate this run's latest checkpoint.")] = None,
     split: Annotated[str, typer.Option("--split", help="train, heldout or all.")] = "heldout",
-    limit: Annotated[int | None, typer.Option("--limit", help="Tasks to evaluate.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Tasks to evaluate.")] = None,
     data: Annotated[
         list[Path] | None, typer.Option("--data", help="Data file(s) for envs that read them (bfcl).")
     ] = None,

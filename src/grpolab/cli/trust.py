@@ -17,8 +17,10 @@ from grpolab.cli.options import (
     SeedOpt,
     WeightsOpt,
     console,
+    err_console,
     print_json,
     resolve_config,
+    writing_to,
 )
 
 
@@ -34,9 +36,9 @@ def check(
     model: ModelOpt = None,
     seed: SeedOpt = None,
     weights: WeightsOpt = None,
-    prompts: Annotated[int, typer.Option("--prompts", help="Prompts for the learnability smoke test.")] = 4,
+    prompts: Annotated[int, typer.Option("--prompts", min=1, help="Prompts for the learnability smoke test.")] = 4,
     group_size: Annotated[
-        int | None, typer.Option("--group-size", help="G for the smoke test (default: config).")
+        int | None, typer.Option("--group-size", min=2, help="G for the smoke test (default: config).")
     ] = None,
     allow_gameable: Annotated[
         bool, typer.Option("--allow-gameable", help="Exit 0 even when a probe beats honest work.")
@@ -57,7 +59,8 @@ def check(
     if save is not None:
         from grpolab.files import atomic_write_text
 
-        atomic_write_text(save, jsonlib.dumps(report, indent=2, default=str))
+        with writing_to(save, "--save"):
+            atomic_write_text(save, jsonlib.dumps(report, indent=2, default=str))
     if json:
         print_json(report)
     else:
@@ -111,7 +114,7 @@ def _policy_for(spec: str, cfg_default):
 def compare(
     run: Annotated[str, typer.Option("--run", help="Trained run directory (or a model name).")],
     against: Annotated[str, typer.Option("--against", help="'base', another run directory, or a model name.")] = "base",
-    limit: Annotated[int, typer.Option("--limit", help="Held-out prompts.")] = 6,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Held-out prompts.")] = 6,
     html_out: Annotated[Path | None, typer.Option("--html", help="Write the side-by-side page here.")] = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
@@ -136,7 +139,8 @@ def compare(
         from grpolab.report.trajectories import page, side_by_side
 
         body = f"<h1>{against} vs {run}</h1>" + side_by_side(left_rows, right_rows, against, run, limit)
-        atomic_write_text(html_out, page(f"{against} vs {run}", body))
+        with writing_to(html_out, "--html"):
+            atomic_write_text(html_out, page(f"{against} vs {run}", body))
     if json:
         print_json(
             {
@@ -161,7 +165,12 @@ def compare(
 
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -> None:
-    """(Re)write runs/NAME/report.html from the run's artifacts."""
+    """(Re)write runs/NAME/report.html from the run's artifacts (malformed ones are named and left out)."""
     from grpolab.report.html import render_report
 
-    console.print(f"wrote {render_report(run)}")
+    skipped: list[str] = []
+    with writing_to(run / "report.html", "--run"):
+        written = render_report(run, skipped)
+    for line in skipped:
+        err_console.print(f"skipped: {line}", markup=False)
+    console.print(f"wrote {written}")

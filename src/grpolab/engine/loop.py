@@ -110,10 +110,13 @@ def train(
 
     `warm_start`: another run directory whose SFT warm start this run starts from (its SFT is skipped), so that
     experiments varying only GRPO settings share one warm start."""
-    run = RunDir(out) if resume else RunDir.create(out, cfg)
+    # claimed for the whole run: a second trainer on `out` gets a UserError naming this process
+    run = RunDir.open_to_resume(out) if resume else RunDir.create(out, cfg)
     run.clear_stop()  # a stale stop request from an earlier process must not end this one
     env = env_for(cfg)
     progress = Progress(cfg, quiet)
+    for note in run.set_aside_damaged_checkpoints() if resume else []:
+        progress.note(note)  # resume falls back to the newest intact checkpoint
     if resume and run.checkpoints():
         if cfg.train.backend == "trl":
             raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
@@ -171,4 +174,5 @@ def train(
     from grpolab.report.html import render_report
 
     progress.note(f"report: {render_report(run.path)}")
+    run.release()
     return run

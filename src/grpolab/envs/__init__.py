@@ -61,20 +61,21 @@ def get_env(
 ) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
     if name == "bfcl":
-        env = _bfcl(data)
+        env = _bfcl(_checked_data(data))
     elif name in BUILTIN:
         env = BUILTIN[name]()
     elif ":" in name:
         module_name, _, attr = name.partition(":")
         try:
-            env = getattr(importlib.import_module(module_name), attr)()
-        except (ImportError, AttributeError) as exc:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except Exception as exc:  # ImportError, AttributeError, or whatever the module raises on import
             raise UserError(f"cannot load environment {name!r} ({exc})", "check the module path and class name")
+        env = _build(name, factory)
     else:
         eps = {ep.name: ep for ep in entry_points(group="grpolab.envs")}
         if name not in eps:
             raise UserError(f"unknown env {name!r}", f"use one of: {', '.join(env_names())} (or module:Class)")
-        env = eps[name].load()()
+        env = _build(name, eps[name].load())
     if task_kinds:
         kinds = {t.kind for split in ("train", "heldout") for t in env.tasks(split)}
         unknown = sorted(set(task_kinds) - kinds)
@@ -85,6 +86,50 @@ def get_env(
     if not prompt_example:
         env.example = ""
     return env
+
+
+ENV_INTERFACE = ("tasks", "verify", "messages", "system_prompt", "toolbox_for")
+"""What the rollout, the rewards and the evaluation call on an environment (see `grpolab.envs.base`)."""
+
+
+def _build(name: str, factory: object) -> Environment:
+    """A user environment from its class or factory: it must build without arguments and have the interface."""
+    fix = "point --env at an Environment subclass or a function returning one (see grpolab.envs.base)"
+    if not callable(factory):
+        raise UserError(f"environment {name!r} is a {type(factory).__name__}, not a class or factory", fix)
+    try:
+        env = factory()
+    except Exception as exc:  # whatever a user's constructor raises is a bad --env, not a crash
+        raise UserError(f"environment {name!r} could not be built ({type(exc).__name__}: {exc})", fix) from None
+    missing = [a for a in ENV_INTERFACE if not callable(getattr(env, a, None))]
+    if missing or not hasattr(env, "toolbox"):
+        what = ", ".join(missing) or "toolbox"
+        raise UserError(f"{name!r} gave a {type(env).__name__}, not an environment (it has no {what})", fix)
+    return env
+
+
+def _checked_data(data: list[str] | None) -> list[str] | None:
+    """Data files must be regular files within files.MAX_DATA_BYTES (checked before any is parsed)."""
+    import os
+    import stat
+
+    from grpolab.files import MAX_DATA_BYTES, size_text
+
+    for path in data or []:
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            continue  # the environment names the missing file itself
+        except (OSError, ValueError) as exc:
+            raise UserError(f"data file {path} cannot be read ({exc})", "check the paths given to --data") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"data file {path} is not a regular file", "pass BFCL JSON Lines files to --data")
+        if info.st_size > MAX_DATA_BYTES:
+            raise UserError(
+                f"data file {path} is {info.st_size} bytes, over the {size_text(MAX_DATA_BYTES)} limit",
+                "split the file, or pass fewer categories",
+            )
+    return data
 
 
 def env_for(cfg: LabConfig) -> Environment:

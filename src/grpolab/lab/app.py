@@ -2,10 +2,20 @@
 
 Layout and wiring only: numbers come from `grpolab.trust.simulate`, `grpolab.trust.probes`, `grpolab.trl.export`
 and the run directories (`lab.views`); training runs are separate processes (`lab.jobs`).
+
+What the page may touch is bounded (`lab.limits`: settings, models, environments, run paths inside --runs) and
+who may talk to it is checked (`lab.guard`: Host and Origin). Files are served from one private folder per lab
+process (mode 0700, removed on exit) that holds the TRL exports and Gradio's own cache, never the temp dir.
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
+import shutil
+import signal
+import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -18,9 +28,12 @@ from grpolab.envs import env_for, env_names
 from grpolab.errors import UserError
 from grpolab.lab import jobs, views
 from grpolab.lab.explain import EXPLAINERS
+from grpolab.lab.guard import LOOPBACK_NAMES, HostOriginGuard
+from grpolab.lab.limits import BOUNDS, LabLimits, check_settings, inside
 from grpolab.models import default_token_counter
 from grpolab.report.trajectories import CSS as TRAJECTORY_CSS
 from grpolab.rewards.components import COMPONENTS, standard_names
+from grpolab.rundir import RunDir
 from grpolab.trust.simulate import SimSettings
 
 CSS = (
@@ -58,7 +71,13 @@ def _config(env: str, model: str, *values: Any) -> LabConfig:
     }
     if rest:
         overrides.update({"train.steps": int(rest[0]), "train.sft_steps": int(rest[1])})
-    return load_config(None, overrides)
+    cfg = load_config(None, overrides)
+    check_settings(cfg)  # the browser bounds the controls; a request can carry anything
+    return cfg
+
+
+FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowError)
+"""What a malformed form value raises on its way into a config (int(None), float("x"), int(inf)...)."""
 
 
 @lru_cache(maxsize=8)
@@ -83,9 +102,11 @@ def simulate_view(env: str, model: str, *values: Any) -> tuple[str, str, str]:
     *cfg_values, sim_lr, sim_steps = values
     try:
         cfg = _config(env, model, *cfg_values)
+        BOUNDS["simulator.lr"].check("simulator step size", sim_lr)
+        BOUNDS["simulator.steps"].check("simulated iterations", sim_steps)
         settings = SimSettings(cfg, steps=int(sim_steps), runs=16, lr=float(sim_lr))
         result = simulate(_profiles(env, cfg.reward.length_unit), DEFAULT_PRIOR, settings)
-    except (UserError, ValueError, KeyError, IndexError) as exc:
+    except FORM_ERRORS as exc:
         msg = views.message(f"cannot simulate this setting: {exc}", "error")
         return msg, msg, msg
     chart = views.chart(result["iterations"], "simulated: reward, kl, tool_token_mass per iteration")
@@ -96,30 +117,43 @@ def simulate_view(env: str, model: str, *values: Any) -> tuple[str, str, str]:
     return views.sim_cards(result, cfg.grpo.kl_bound), chart, probes
 
 
-def export_view(env: str, model: str, *values: Any) -> tuple[str, str | None]:
+KEEP_EXPORTS = 16
+"""Export folders kept in the private folder (older ones are removed; Gradio has copied what it serves)."""
+
+
+def export_view(exports: Path, env: str, model: str, *values: Any) -> tuple[str, str | None]:
+    """(script, its path for the download button), written into the lab's private `exports` folder."""
     from grpolab.trl.export import export_trl
 
     try:
         cfg = _config(env, model, *values)
-    except UserError as exc:
+    except FORM_ERRORS as exc:
         return f"# {exc}", None
-    out = Path(tempfile.mkdtemp(prefix="grpolab-export-")) / "train_grpo.py"
-    export_trl(cfg, out)
+    folder = exports / hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
+    out = folder / "train_grpo.py"
+    if out.is_file():
+        os.utime(folder)  # recently used: pruned last
+    else:
+        export_trl(cfg, out)
+        for old in sorted(exports.iterdir(), key=lambda p: p.stat().st_mtime)[:-KEEP_EXPORTS]:
+            shutil.rmtree(old, ignore_errors=True)
     return out.read_text(), str(out)
 
 
 def _resolve(root: Path, name: str | None) -> Path | None:
-    if not name:
-        return None
-    p = Path(name)
-    return p if p.is_absolute() else root / name
+    """The run a picker value names, inside the runs folder (UserError otherwise); None when nothing is picked."""
+    return inside(root, name) if name else None
 
 
 def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str]:
     """(summary, cards, chart, task dropdown, iteration slider, status) for the selected run."""
-    path = _resolve(root, name)
+    try:
+        path = _resolve(root, name)
+    except UserError as exc:
+        msg = views.message(str(exc), "error")
+        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
     if path is None:
-        empty = views.message("Pick a run (or type a run directory path).")
+        empty = views.message("Pick a run (or type a run directory path under the runs folder).")
         return empty, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
     v = views.load_run(path)
     if not v.ok:
@@ -127,7 +161,7 @@ def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str
         return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
     ids = views.task_ids(v)
     labels = v.eval_labels()
-    state = "running" if jobs.running(path.parent, path.name) else "not running"
+    state = "running" if RunDir(path).in_use() else "not running"
     return (
         views.run_summary(v),
         views.run_cards(v),
@@ -139,7 +173,11 @@ def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str
 
 
 def episode_view(root: Path, name: str | None, task_id: str | None, index: float) -> str:
-    path = _resolve(root, name)
+    try:
+        path = _resolve(root, name)
+        position = int(index or 0)
+    except FORM_ERRORS:
+        return ""
     if path is None:
         return ""
     v = views.load_run(path)
@@ -148,11 +186,37 @@ def episode_view(root: Path, name: str | None, task_id: str | None, index: float
     labels = v.eval_labels()
     if not labels:
         return views.message("No held-out evaluations yet.")
-    label = labels[min(int(index or 0), len(labels) - 1)]
+    label = labels[max(0, min(position, len(labels) - 1))]
     return f"<div>iteration: <b>{label}</b></div>" + views.episode_pair(v, task_id, label)
 
 
-def build(root: Path) -> gr.Blocks:
+def start_view(root: Path, limits: LabLimits, name: str, *values: Any) -> tuple[str, Any]:
+    """Start a training job from the form: (message, run picker update)."""
+    try:
+        cfg = _config(*values)
+        out = jobs.start(cfg, root, name, limits)
+    except FORM_ERRORS as exc:
+        return f"**cannot start:** {exc}", gr.update()
+    return f"started `{out}` in the background (it survives a page reload)", gr.update(
+        choices=views.list_runs(root), value=out.name
+    )
+
+
+def stop_view(root: Path, name: str | None) -> str:
+    try:
+        path = _resolve(root, name)
+    except UserError as exc:
+        return str(exc)
+    if path is None:
+        return "pick a run first"
+    return jobs.stop(path.parent, path.name)
+
+
+def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Blocks:
+    """The page over the runs folder `root`; `workdir` is the lab's private folder (exports go under it)."""
+    limits = limits or LabLimits()
+    exports = workdir / "exports"
+    exports.mkdir(parents=True, exist_ok=True)
     d = LabConfig()
     with gr.Blocks(title="grpolab: Open-Weight Agent RL Lab") as page:
         gr.Markdown(
@@ -164,11 +228,10 @@ def build(root: Path) -> gr.Blocks:
                 gr.Markdown("### Rollout & reward config")
                 env = gr.Dropdown(env_names(), value=d.env, label="environment", info=field_doc("env"))
                 model = gr.Dropdown(
-                    ["smollm2", "tiny"],
+                    list(limits.models),
                     value=d.model,
-                    allow_custom_value=True,
                     label="base model",
-                    info=field_doc("model"),
+                    info=field_doc("model") + " The lab offers these; `grpolab lab --allow-model` adds others.",
                 )
                 weights = [
                     gr.Number(
@@ -251,13 +314,11 @@ def build(root: Path) -> gr.Blocks:
             trigger_mode="always_last",
         )
         export_inputs = [*cfg_inputs, steps, sft_steps]
-        gr.on(
-            [c.change for c in export_inputs],
-            export_view,
-            export_inputs,
-            [script, download],
-            trigger_mode="always_last",
-        )
+
+        def export(*values):
+            return export_view(exports, *values)
+
+        gr.on([c.change for c in export_inputs], export, export_inputs, [script, download], trigger_mode="always_last")
 
         def show_run(name):
             return run_view(root, name)
@@ -269,8 +330,11 @@ def build(root: Path) -> gr.Blocks:
         iteration.change(lambda n, t, i: episode_view(root, n, t, i), [run_name, task, iteration], [episode])
 
         def tick(name, current_status):
-            path = _resolve(root, name)
-            if path is None or not (jobs.running(path.parent, path.name) or current_status == "running"):
+            try:
+                path = _resolve(root, name)
+            except UserError:
+                path = None
+            if path is None or not (RunDir(path).in_use() or current_status == "running"):
                 return [gr.update()] * 3 + [gr.update()]
             summary, cards_html, chart_html, _, _, state = run_view(root, name)
             return summary, cards_html, chart_html, state
@@ -278,29 +342,44 @@ def build(root: Path) -> gr.Blocks:
         timer.tick(tick, [run_name, status], [run_summary, run_cards, run_chart, status])
 
         def start_run(name, *values):
-            try:
-                cfg = _config(*values)
-                out = jobs.start(cfg, root, name.strip())
-            except UserError as exc:
-                return f"**cannot start:** {exc}", gr.update()
-            return f"started `{out}` in the background (it survives a page reload)", gr.update(
-                choices=views.list_runs(root) + [name], value=name
-            )
+            return start_view(root, limits, name, *values)
 
         start_btn.click(start_run, [new_name, *cfg_inputs, steps, sft_steps], [job_msg, run_name])
-        stop_btn.click(lambda n: jobs.stop(root, Path(n).name) if n else "pick a run first", [run_name], [job_msg])
+        stop_btn.click(lambda n: stop_view(root, n), [run_name], [job_msg])
 
         page.load(simulate_view, sim_inputs, [cards, chart, probes])
-        page.load(export_view, export_inputs, [script, download])
+        page.load(export, export_inputs, [script, download])
     return page
 
 
-def launch(root: Path, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> Any:
-    import os
+def private_workdir() -> Path:
+    """The lab process's own folder (mode 0700, removed when the process exits, SIGTERM included): TRL exports
+    and Gradio's cache of what it serves. Gradio reads GRADIO_TEMP_DIR when the page and the server are built."""
+    workdir = Path(tempfile.mkdtemp(prefix="grpolab-lab-"))
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
+    os.environ["GRADIO_TEMP_DIR"] = str(workdir / "gradio")
+    os.environ["GRADIO_EXAMPLES_CACHE"] = str(workdir / "examples")
+    return workdir
+
+
+def launch(
+    root: Path,
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    block: bool = True,
+    limits: LabLimits | None = None,
+    host_names: frozenset[str] = LOOPBACK_NAMES,
+) -> Any:
+    """Serve the page on host:port; only requests naming one of `host_names` are answered (`lab.guard`)."""
+    from starlette.middleware import Middleware
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    if block and hasattr(signal, "SIGTERM"):  # before the folder exists, so no SIGTERM can leave it behind
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a normal exit: atexit removes the folder
+    workdir = private_workdir()
+    print(f"private folder: {workdir} (exports, served files; removed on exit)", flush=True)
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
-    page = build(root)
+    page = build(root, workdir, limits)
     page.queue()
     page.launch(
         server_name=host,
@@ -311,6 +390,8 @@ def launch(root: Path, host: str = "127.0.0.1", port: int = 7860, block: bool = 
         ssr_mode=False,
         quiet=True,
         footer_links=[],
-        allowed_paths=[tempfile.gettempdir()],
+        allowed_paths=[str(workdir / "exports")],
+        max_file_size="1mb",
+        app_kwargs={"middleware": [Middleware(HostOriginGuard, names=host_names)]},
     )
     return page

@@ -14,7 +14,7 @@ from typing import Any
 
 from grpolab.metrics import reward_key
 from grpolab.report.charts import svg_chart
-from grpolab.report.html import probe_table
+from grpolab.report.html import drawable_metrics, probe_table, showable_episodes
 from grpolab.report.trajectories import trajectory_pair
 from grpolab.rewards.components import letter, standard_names
 from grpolab.rundir import RunDir
@@ -60,19 +60,34 @@ def load_run(path: str | Path) -> RunView:
         view.problems.append("config.json is missing or unreadable: not a grpolab run directory")
         return view
     view.config = cfg
-    view.metrics = run.metrics()
-    view.evals = {label: run.eval_rows(label) for label in run.eval_labels()}
+    # the same defensive reading as the report: malformed rows and values are left out and named
+    view.metrics = drawable_metrics(run, view.problems)
+    view.evals = {
+        label: showable_episodes(run.eval_rows(label), f"eval/{label}.jsonl", view.problems)
+        for label in run.eval_labels()
+    }
     view.summary = run.eval_summary(view.problems)
     pre = run.artifact("preflight.json", view.problems)
     view.preflight = pre if isinstance(pre, dict) else {}
     return view
 
 
+def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    value = cfg.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def list_runs(root: str | Path) -> list[str]:
+    """Run directories in the runs folder (a symlink that leads out of it is not listed: the lab would refuse it)."""
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and RunDir(d).is_run())
+    base = root.resolve()
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and base in d.resolve().parents and RunDir(d).is_run())
 
 
 # ---- chart and stat cards ----------------------------------------------------------------------------------------
@@ -100,8 +115,8 @@ def stat_cards(last: dict[str, Any], base_prior: float | None, kl_bound: float, 
     """Episode reward with breakdown; tool_call_prob against the base prior; kl against its bound; loss, advantage."""
     parts = " | ".join(f"{letter(n)}:{_num(last.get(reward_key(n)))}" for n in standard_names())
     kl = last.get("kl")
-    stable = isinstance(kl, (int, float)) and kl <= kl_bound
-    prior = f"base prior {base_prior:.0%}" if base_prior is not None else "base prior unknown"
+    stable = _finite(kl) and kl <= kl_bound
+    prior = f"base prior {base_prior:.0%}" if _finite(base_prior) else "base prior unknown"
     tcp = last.get("tool_call_prob")
     return (
         "<div class='lab-cards'>"
@@ -142,10 +157,10 @@ def run_cards(view: RunView) -> str:
     last = view.metrics[-1]
     base = view.summary.get("base") or view.summary.get("0") or {}
     prior = base.get("heldout/tool_call_prob") if isinstance(base, dict) else None
-    bound = last.get("kl_bound", view.config.get("grpo", {}).get("kl_bound", 0.12))
-    return stat_cards(
-        last, prior, bound, f"{view.path.name}: step {last['step']} of {view.config.get('train', {}).get('steps', '?')}"
-    )
+    bound = last.get("kl_bound", _section(view.config, "grpo").get("kl_bound"))
+    bound = bound if _finite(bound) else 0.12
+    total = _section(view.config, "train").get("steps", "?")
+    return stat_cards(last, prior, bound, f"{view.path.name}: step {last['step']} of {total}")
 
 
 # ---- rollouts, preflight, run summary ------------------------------------------------------------------------------
@@ -174,7 +189,9 @@ def task_ids(view: RunView) -> list[str]:
 def preflight_panel(report: dict[str, Any]) -> str:
     if not report.get("probes"):
         return message("No probe results.")
-    lines = "".join(f"<div class='lab-bad'>{html.escape(g)}</div>" for g in report.get("gameable", []))
+    gameable = report.get("gameable")
+    gameable = gameable if isinstance(gameable, list) else []
+    lines = "".join(f"<div class='lab-bad'>{html.escape(str(g))}</div>" for g in gameable)
     verdict = lines or "<div class='lab-good'>No probe matches or beats honest work under these weights.</div>"
     iso = report.get("isolation")
     sandbox = ""
@@ -189,7 +206,7 @@ def run_summary(view: RunView) -> str:
     cfg = view.config
     status = (
         f"env <b>{html.escape(str(cfg.get('env')))}</b>, model <b>{html.escape(str(cfg.get('model')))}</b>, "
-        f"{len(view.metrics)} of {html.escape(str(cfg.get('train', {}).get('steps', '?')))} steps recorded"
+        f"{len(view.metrics)} of {html.escape(str(_section(cfg, 'train').get('steps', '?')))} steps recorded"
     )
     problems = "".join(message(p, "warn") for p in view.problems)
     cols = [c for c, v in view.summary.items() if isinstance(v, dict)]
