@@ -395,7 +395,13 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=10,
 )
-EXPRESSIONS = st.text(alphabet="0123456789+-*/%.() ", max_size=40)
+# functions included: round/abs/min/max/sqrt bound their own work (round(5, -20000000) used to hang the trainer)
+EXPRESSIONS = st.text(alphabet="0123456789+-*/%.(), ", max_size=40) | st.builds(
+    lambda f, a, b: f"{f}({a}, {b})",
+    st.sampled_from(["round", "abs", "min", "max", "sqrt", "pow"]),
+    st.integers(-(10**9), 10**9),
+    st.integers(-(10**9), 10**9),
+)
 TOOL_ARGS = (
     JSON_VALUES.map(json.dumps)
     | EXPRESSIONS.map(lambda e: json.dumps({"expression": e}))

@@ -149,3 +149,12 @@ def test_unknown_tool_is_a_response():
     box = ToolBox([Tool(calculator)])
     assert "unknown tool" in box.execute("rm", {})["error"]
     assert "unknown tool" in box.execute(None, {})["error"]
+
+
+def test_deeply_nested_arguments_are_an_error_response_not_a_recursion():
+    """A Python caller (not the JSON path, whose parser stops first) can hand a tool arguments 5,000 levels deep."""
+    value: dict = {"expression": "1+1"}
+    for _ in range(5000):
+        value = {"a": value}
+    response = Tool(calculator).run({"expression": value})
+    assert "nest more than" in response["error"]

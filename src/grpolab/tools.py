@@ -31,6 +31,7 @@ import jsonschema
 from transformers.utils import get_json_schema
 
 from grpolab.calculator import CalculatorError, calculate
+from grpolab.files import MAX_NESTING
 
 MAX_OUTPUT_CHARS = 2000
 DEFAULT_TIMEOUT_S = 5.0
@@ -71,6 +72,9 @@ class Tool:
         """Why these arguments do not fit the schema, or None when they do."""
         if not isinstance(arguments, dict):
             return "arguments must be a JSON object"
+        depth = value_depth(arguments)
+        if depth > MAX_NESTING:  # jsonschema recurses over the value and builds messages from all of it
+            return f"arguments nest more than {MAX_NESTING} levels deep (the limit)"
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
         if not errors:
             return None
@@ -172,6 +176,19 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def value_depth(value: Any, stop: int = MAX_NESTING + 1) -> int:
+    """How deeply lists and dicts nest in `value`, counted without recursion (and no further than `stop`)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            deepest = max(deepest, depth)
+            if depth >= stop:
+                return deepest
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def cap_output(response: dict[str, Any], limit: int = MAX_OUTPUT_CHARS) -> dict[str, Any]:

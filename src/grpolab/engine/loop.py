@@ -117,13 +117,16 @@ def train(
     progress = Progress(cfg, quiet)
     for note in run.set_aside_damaged_checkpoints() if resume else []:
         progress.note(note)  # resume falls back to the newest intact checkpoint
+    state = None
     if resume and run.checkpoints():
         if cfg.train.backend == "trl":
             raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
-        source = native_source(cfg, run, env)
+        source: StepSource = native_source(cfg, run, env)
         state = run.load_checkpoint(source.model, source.optimizer)
-        assert state is not None
-        source.restore(state)
+        if state is None:
+            progress.note(f"no checkpoint of {out} could be loaded: starting it over")
+    if state is not None:
+        source.restore(state)  # type: ignore[attr-defined]
         start = int(state["step"])
         run.rewind(start)
         progress.note(f"resumed {out} from step {start}")
