@@ -103,3 +103,11 @@ def test_help_of_config_options_is_the_config_field_docstring(cli):
     code, out, _ = cli("train", "--help")
     flat = " ".join(out.split())
     assert code == 0 and field_doc("train.sft_steps")[:40] in flat and "(train.sft_steps)" in flat
+
+
+def test_the_demo_finds_its_config_and_draws_sparklines():
+    from grpolab.cli.train import _demo_config, convergence_lines
+
+    assert _demo_config().is_file()
+    lines = convergence_lines([{"step": 1, "reward/mean": 0.5, "kl": 0.0}, {"step": 2, "reward/mean": 2.0, "kl": 0.01}])
+    assert lines[1].split()[1] == "▁█" and "0.5 -> 2" in lines[1]

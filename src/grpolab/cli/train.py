@@ -117,7 +117,8 @@ def demo(
     steps: StepsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Everything on the embedded model: held-out eval of the base, SFT warm start, GRPO, held-out eval."""
+    """Everything on the embedded model: the base model's held-out score, a short SFT seeding, GRPO, the held-out
+    score after it, with the convergence of the real run (reward, KL, tool-token mass per step)."""
     from grpolab.engine.loop import train as run_training
 
     cfg = resolve_config(config or _demo_config(), seed=seed, train__steps=steps)
@@ -127,8 +128,10 @@ def demo(
     run = run_training(cfg, out, quiet=quiet)
     minutes = (time.perf_counter() - t0) / 60
     summary = run.eval_summary()
-    table = Table("held-out", "base", "after SFT", f"after GRPO (step {cfg.train.steps})")
-    labels = ["base", "0", str(cfg.train.steps)]
+    last = run.eval_labels()[-1]
+    seeded = "after SFT seeding" if cfg.train.sft_steps else "start"
+    table = Table("held-out", "base", f"{seeded} ({cfg.train.sft_steps} steps)", f"after GRPO (step {last})")
+    labels = ["base", "0", last]
     rows = [
         ("heldout/success", "success"),
         ("heldout/tool_call_prob", "tool_call_prob"),
@@ -138,7 +141,29 @@ def demo(
     for key, name in rows:
         table.add_row(name, *(_cell(summary.get(label, {}).get(key)) for label in labels))
     console.print(table)
+    for line in convergence_lines(run.metrics()):
+        console.print(line, markup=False)
+    base, start, end = (summary.get(label, {}).get("heldout/success") for label in labels)
+    if base is not None and start is not None and end is not None and end > base:
+        console.print(f"share of the gain over the base model made by GRPO: {(end - start) / (end - base):.0%}")
     console.print(f"run dir: {run.path}   ({minutes:.1f} min, {int(summary['0']['heldout/n'])} held-out tasks)")
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def convergence_lines(rows: list[dict]) -> list[str]:
+    """The run's convergence as sparklines: reward, KL and tool-token mass per GRPO step (report.html draws it)."""
+    out = ["convergence per GRPO step:"]
+    for key in ("reward/mean", "kl", "tool_token_mass", "success"):
+        values = [r.get(key) for r in rows if isinstance(r.get(key), (int, float))]
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        span = (high - low) or 1.0
+        line = "".join(SPARKS[min(len(SPARKS) - 1, int((v - low) / span * len(SPARKS)))] for v in values)
+        out.append(f"  {key:<16} {line}  {values[0]:.3g} -> {values[-1]:.3g} (min {low:.3g}, max {high:.3g})")
+    return out
 
 
 def _cell(v: float | None) -> str:
@@ -146,4 +171,6 @@ def _cell(v: float | None) -> str:
 
 
 def _demo_config() -> Path:
-    return Path(__file__).parent / "configs" / "demo.toml"
+    import grpolab
+
+    return Path(grpolab.__file__).parent / "configs" / "demo.toml"

@@ -14,13 +14,10 @@ from typing import Any
 
 from grpolab.metrics import reward_key
 from grpolab.report.charts import svg_chart
-from grpolab.report.html import drawable_metrics, probe_table, showable_episodes
+from grpolab.report.html import CONVERGENCE, drawable_metrics, probe_table, showable_episodes
 from grpolab.report.trajectories import trajectory_pair
 from grpolab.rewards.components import letter, standard_names
 from grpolab.rundir import RunDir
-
-CHART_KEYS = ["reward/mean", "kl", "tool_token_mass"]
-"""The convergence & token-shift chart: mean reward, kl and tool_token_mass per iteration."""
 
 
 def message(text: str, kind: str = "info") -> str:
@@ -96,7 +93,7 @@ def list_runs(root: str | Path) -> list[str]:
 def chart(rows: list[dict[str, Any]], title: str) -> str:
     if not rows:
         return message("No steps recorded yet.")
-    return svg_chart(title, CHART_KEYS, rows, [r["step"] for r in rows if r.get("alarms")])
+    return svg_chart(title, CONVERGENCE, rows, [r["step"] for r in rows if r.get("alarms")])
 
 
 def _num(x: Any, fmt: str = "+.2f") -> str:

@@ -31,6 +31,8 @@ CURVES = [
     ("success", ["success", "heldout/success"]),
     ("frac_zero_std", ["frac_zero_std"]),
 ]
+CONVERGENCE = ["reward/mean", "kl", "tool_token_mass"]
+"""The convergence chart of the seed page (also the web lab's): mean reward, KL and tool-token mass per step."""
 HELDOUT_KEYS = ["heldout/success", "heldout/tool_call_prob", "heldout/schema", "heldout/reward"]
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
@@ -169,6 +171,8 @@ def render_report(path: str | Path, skipped: list[str] | None = None) -> Path:
     ]
     parts += alarms or ["<p>No alarm fired.</p>"]
     steps = [r["step"] for r in alarm_rows]
+    convergence = svg_chart("reward, kl and tool-token mass per iteration", CONVERGENCE, rows, steps)
+    parts.append(f"<h2>Training convergence and token-shift dynamics</h2>{convergence}")
     charts = "".join(svg_chart(title, keys, rows, steps) for title, keys in CURVES)
     parts.append(f"<h2>Curves</h2><div class='grid'>{charts}</div>")
     preflight = run.artifact("preflight.json", skipped)
