@@ -63,6 +63,7 @@ def rows() -> list[str]:
         )
     else:
         out.append("| learning headline | not measured yet | `python benchmarks/learning.py` | |")
+    out.append(_bfcl_parity_row())
     for name, label in (("step_cost", "GRPO step cost"), ("sim_speed", "simulator speed")):
         r = _load(name)
         if r:
@@ -71,6 +72,23 @@ def rows() -> list[str]:
     out.append(f"\nMachine: {platform.machine()}, 2 CPU cores, fp32 (figures above come from the JSON files in "
                "benchmarks/results/, written by the commands shown).")  # fmt: skip
     return out
+
+
+def _bfcl_parity_row() -> str:
+    p = _load("bfcl_parity")
+    if not p:
+        return "| BFCL checker parity | not measured yet | `python benchmarks/bfcl_parity.py` | |"
+    o, g, m = p["overall"], p["gold"], p["model_outputs"]
+    kinds = [k for k in p["by_kind"] if k not in ("gold", "gold_alternative", "model")]
+    parts = [f"gold answers {g['agree']:,}/{g['cases']:,}", f"{len(kinds)} kinds of perturbed answers"]
+    if m["cases"]:
+        parts.append(f"{m['agree']}/{m['cases']} real outputs of SmolLM2-135M after {m['sft_steps']} SFT steps")
+    fig = (
+        f"grpolab's checker agrees with BFCL's own (bfcl-eval {p['bfcl_eval_version']}) on {o['agree']:,}/{o['cases']:,} "
+        f"cases ({100 * o['agreement']:.2f}%) over {len(p['by_category'])} categories: {', '.join(parts)}; "
+        f"{len(p['disagreements'])} disagreements"
+    )
+    return f"| BFCL checker parity with the official ast_checker | {fig} | `{p['command']}` | {p['date']} |"
 
 
 def main() -> None:
