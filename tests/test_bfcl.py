@@ -351,6 +351,17 @@ def test_data_file_given_by_the_user(tmp_path):
     assert ok.components["completion"] == 1.0 and task.reference_calls == [("calc_area", {"base": 3, "height": 2.0})]
 
 
+def test_an_irrelevance_file_needs_no_answers_and_live_ids_stay_held_out(tmp_path):
+    rows = [
+        {"id": f"live_irrelevance_{i}-0-0", "question": [[{"role": "user", "content": "Hi"}]], "function": [AREA]}
+        for i in range(5)
+    ]
+    path = tmp_path / "irr.json"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    env = BFCLEnv([str(path)])
+    assert env.kinds == ["live_irrelevance"] and env.tasks("train") == [] and len(env.tasks("heldout")) == 5
+
+
 def test_data_file_on_the_command_line(capsys, tmp_path):
     from tests.test_cli import run
 

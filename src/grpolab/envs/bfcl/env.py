@@ -53,7 +53,7 @@ class BFCLEnv(Environment):
         self._sources: dict[str, Source] = {}
         if data:
             for path in data:  # user files are read now, so a bad path fails before any model loads
-                self._add_file(Path(path))
+                self._load_source(user_source(Path(path)))
         else:
             self._sources = package_sources()
         self._check_kinds(self.task_kinds)
@@ -93,10 +93,6 @@ class BFCLEnv(Environment):
             split: Split = "heldout" if task.id in heldout else "train"
             self._tasks.setdefault(task.kind, {"train": [], "heldout": []})[split].append(task)
 
-    def _add_file(self, path: Path) -> None:
-        source = user_source(path)
-        self._load_source(source)
-
     def _task(self, row: dict[str, Any], truth: Any, path: Path) -> Task:
         functions, question = row.get("function"), row.get("question")
         if not isinstance(functions, list) or not all(_is_function(f) for f in functions):
@@ -108,7 +104,7 @@ class BFCLEnv(Environment):
         if last_user is None:
             raise UserError(f"{path}: {row['id']} has no user message", "end 'question' with a user message")
         category = category_of(row["id"])
-        meta = {"functions": functions, "category": category, "history": turns[:last_user]}
+        meta = {"functions": functions, "history": turns[:last_user]}
         prompt = str(turns[last_user].get("content", ""))
         if not needs_answers(category):
             relevance = "irrelevance" not in category  # relevance: any call is right; irrelevance: none is
