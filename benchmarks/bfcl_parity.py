@@ -1,6 +1,6 @@
 """Checker parity: grpolab's BFCL checker against BFCL's own, on the same decoded model outputs.
 
-    .venv/bin/python benchmarks/bfcl_parity.py [--model-tasks 6] [--sft-steps 20] [--max-new-tokens 128] [--venv DIR]
+    .venv/bin/python benchmarks/bfcl_parity.py [--model-tasks 6] [--sft-steps 12] [--sft-batch-size 2] [--max-new-tokens 128] [--venv DIR]
 
 grpolab's checker (`grpolab.envs.bfcl.checker`, through `BFCLEnv.verify_calls`) runs here, in the project's venv.
 BFCL's runs in a separate virtual environment (created once, under the grpolab cache; `--venv` to choose) with
@@ -312,7 +312,7 @@ def synthetic_cases(env: Any, seed: int) -> list[dict[str, Any]]:
 
 
 def model_cases(
-    env: Any, per_category: int, sft_steps: int, max_new_tokens: int
+    env: Any, per_category: int, sft_steps: int, sft_batch_size: int, max_new_tokens: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Greedy held-out outputs of the embedded model after a short SFT warm start on the non-live train split."""
     from grpolab.config import load_config
@@ -332,7 +332,7 @@ def model_cases(
         tokenizer,
         env,
         sft_steps,
-        cfg.train.sft_batch_size,
+        sft_batch_size,
         cfg.train.sft_learning_rate,
         cfg.seed,
         on_step=lambda step, loss: print(f"  SFT step {step}/{sft_steps}: loss {loss:.3f}", flush=True),
@@ -364,6 +364,7 @@ def model_cases(
     setting = {
         "model": "smollm2",
         "sft_steps": sft_steps,
+        "sft_batch_size": sft_batch_size,
         "per_category": per_category,
         "max_new_tokens": cfg.rollout.max_new_tokens,
         "sft_and_generation_s": round(time.perf_counter() - t0, 1),
@@ -414,7 +415,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=2, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model-tasks", type=int, default=6, help="held-out model outputs per category (0: none)")
-    parser.add_argument("--sft-steps", type=int, default=20, help="SFT warm start before generating")
+    parser.add_argument("--sft-steps", type=int, default=12, help="SFT warm start before generating")
+    parser.add_argument(
+        "--sft-batch-size",
+        type=int,
+        default=2,
+        help="SFT batch (full-vocabulary logits of long BFCL prompts: 4 took 12 GB)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="generation budget per model output")
     parser.add_argument("--seed", type=int, default=0, help="seed of the perturbations")
     parser.add_argument("--venv", type=Path, default=None, help="parity venv (default: under the grpolab cache)")
@@ -436,7 +443,7 @@ def main() -> None:
     cases = synthetic_cases(env, args.seed)
     setting: dict[str, Any] = {}
     if args.model_tasks > 0:
-        model, setting = model_cases(env, args.model_tasks, args.sft_steps, args.max_new_tokens)
+        model, setting = model_cases(env, args.model_tasks, args.sft_steps, args.sft_batch_size, args.max_new_tokens)
         cases += model
     t1 = time.perf_counter()
     tasks = env.all_tasks()
@@ -481,7 +488,8 @@ def main() -> None:
     ]
     wall = time.perf_counter() - t0
     command = "python benchmarks/bfcl_parity.py" + "".join(
-        f" --{k.replace('_', '-')} {getattr(args, k)}" for k in ("model_tasks", "sft_steps", "max_new_tokens")
+        f" --{k.replace('_', '-')} {getattr(args, k)}"
+        for k in ("model_tasks", "sft_steps", "sft_batch_size", "max_new_tokens")
     )
     result = {
         "bfcl_eval_version": version,
