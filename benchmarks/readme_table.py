@@ -90,6 +90,23 @@ def _learning(lr: dict) -> list[str]:
     return rows
 
 
+def _bfcl_parity_row() -> str:
+    p = _load("bfcl_parity")
+    if not p:
+        return "| BFCL checker parity | not measured yet | `python benchmarks/bfcl_parity.py` | |"
+    o, g, m = p["overall"], p["gold"], p["model_outputs"]
+    kinds = [k for k in p["by_kind"] if k not in ("gold", "gold_alternative", "model")]
+    parts = [f"gold answers {g['agree']:,}/{g['cases']:,}", f"{len(kinds)} kinds of perturbed answers"]
+    if m["cases"]:
+        parts.append(f"{m['agree']}/{m['cases']} real outputs of SmolLM2-135M after {m['sft_steps']} SFT steps")
+    fig = (
+        f"grpolab's checker agrees with BFCL's own (bfcl-eval {p['bfcl_eval_version']}) on "
+        f"{o['agree']:,}/{o['cases']:,} cases ({100 * o['agreement']:.2f}%) over {len(p['by_category'])} categories: "
+        f"{', '.join(parts)}; {len(p['disagreements'])} disagreements"
+    )
+    return f"| BFCL checker parity with the official ast_checker | {fig} | `{p['command']}` | {p['date']} |"
+
+
 def rows() -> list[str]:
     out = ["| result | figure | command | date |", "| --- | --- | --- | --- |"]
     r = _load("step_cost")
@@ -105,6 +122,7 @@ def rows() -> list[str]:
     lr = _load("learning")
     if lr and "arms" in lr:
         out += _learning(lr)
+    out.append(_bfcl_parity_row())
     r = _load("sim_speed")
     if r:
         fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date")})

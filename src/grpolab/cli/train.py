@@ -21,6 +21,7 @@ from grpolab.cli.options import (
     print_json,
     resolve_config,
 )
+from grpolab.config import field_doc
 from grpolab.errors import UserError
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]
@@ -84,6 +85,10 @@ def eval_(
     data: Annotated[
         list[Path] | None, typer.Option("--data", help="Data file(s) for envs that read them (bfcl).")
     ] = None,
+    category: Annotated[
+        list[str] | None,
+        typer.Option("--category", help=f"{field_doc('task_kinds')} Repeatable; for bfcl: a BFCL category."),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity."""
@@ -97,8 +102,11 @@ def eval_(
         policy, tokenizer, cfg = load_run_policy(run)
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
+        if category:  # or on other categories (e.g. BFCL's live_* ones, never trained on)
+            cfg.task_kinds = list(category)
     else:
-        cfg = resolve_config(config, env, model, seed, weights, data=[str(d) for d in data] if data else None)
+        files = [str(d) for d in data] if data else None
+        cfg = resolve_config(config, env, model, seed, weights, data=files, task_kinds=category or None)
         from grpolab.models import load_model
 
         policy, tokenizer = load_model(cfg.model, seed=cfg.seed)

@@ -32,10 +32,10 @@ def _arithmetic() -> Environment:
     return ArithmeticEnv()
 
 
-def _bfcl(data: list[str] | None = None) -> Environment:
+def _bfcl(data: list[str] | None = None, task_kinds: list[str] | None = None) -> Environment:
     from grpolab.envs.bfcl.env import BFCLEnv
 
-    return BFCLEnv(data)
+    return BFCLEnv(data, task_kinds)  # reads only the requested categories, and validates their names
 
 
 def _code() -> Environment:
@@ -61,7 +61,7 @@ def get_env(
 ) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
     if name == "bfcl":
-        env = _bfcl(_checked_data(data))
+        env = _bfcl(_checked_data(data), task_kinds)
     elif name in BUILTIN:
         env = BUILTIN[name]()
     elif ":" in name:
@@ -76,7 +76,7 @@ def get_env(
         if name not in eps:
             raise UserError(f"unknown env {name!r}", f"use one of: {', '.join(env_names())} (or module:Class)")
         env = _build(name, eps[name].load())
-    if task_kinds:
+    if task_kinds and name != "bfcl":
         kinds = {t.kind for split in ("train", "heldout") for t in env.tasks(split)}
         unknown = sorted(set(task_kinds) - kinds)
         if unknown:

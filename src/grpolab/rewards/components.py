@@ -32,7 +32,7 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     """Adherence to the protocol's structure, checks of equal weight; a check pays only for something attempted.
 
     - thought: the turn opens with a closed `<thought>` block (where the env's prompt asks for one);
-    - tags: protocol tags are present and well-formed (where tools are offered; elsewhere: no broken tags);
+    - tags: protocol tags are present and well-formed (where the task needs tools; elsewhere: no broken tags);
     - calls: where the task needs tools, at least one call, every call valid JSON and answered by the environment,
       no `<tool_response>` written by the model; elsewhere no malformed or fabricated ones;
     - answer: a final answer after the last response, free of tag fragments (where calls are not the answer).
@@ -53,12 +53,11 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
         opened = bool(segments) and segments[0].kind == "thought" and segments[0].closed
         check(opened, "the turn does not open with a <thought>")
     tag_errors = [e for e in r.parsed.errors if not e.startswith("tool call")]
-    offers_tools = bool(env.toolbox_for(task).tools)
     has_tags = any(s.kind != "text" for s in r.parsed.segments)
     if tag_errors:
         check(False, tag_errors[0])
     else:
-        check(has_tags or not offers_tools, "no protocol tags at all")
+        check(has_tags or not task.needs_tools, "no protocol tags at all")
     bad_calls = [c for c in r.calls if not c.ok]
     if bad_calls:
         check(False, bad_calls[0].error or "malformed call")

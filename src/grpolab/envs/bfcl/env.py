@@ -1,110 +1,37 @@
 """`bfcl`: function calling in the Berkeley Function Calling Leaderboard's format (single turn, nothing executed).
 
-The model sees the offered functions as JSON schemas and must answer with the right `<tool_call>` block(s). The
-completion reward is a BFCL-style AST match (`grpolab.envs.bfcl.checker`). BFCL's schema dialect ("dict", Python
-type names) is converted to JSON Schema so the schema reward validates calls with jsonschema like everywhere else.
-Data: BFCL JSON Lines question files with their `possible_answer` files beside them (`--data FILE`, repeatable);
-by default the three categories in shared/data/bfcl. Held-out split: 20% of ids, fixed seed.
+The model sees the offered functions as JSON schemas and must answer with the right `<tool_call>` block(s), or
+with no call when none of the functions fits (irrelevance categories). The completion reward is BFCL's AST check
+(`grpolab.envs.bfcl.checker`).
+
+Data: the installed `bfcl-eval` package's single-turn categories (`grpolab.envs.bfcl.data`), or BFCL question
+files given with `--data FILE` (repeatable). A task's kind is its BFCL category, so `task_kinds` (`--category`)
+selects categories; package categories are read on first use. Live categories are held out entirely.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import random
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from grpolab.envs.base import Environment, Split, Task, Verdict
-from grpolab.envs.bfcl.checker import check_calls
+from grpolab.envs.bfcl.checker import check_output
+from grpolab.envs.bfcl.data import (
+    Source,
+    category_of,
+    heldout_ids,
+    needs_answers,
+    package_sources,
+    read_jsonl,
+    user_source,
+)
+from grpolab.envs.bfcl.schema import SchemaTool, to_json_schema
 from grpolab.errors import UserError
 from grpolab.tools import ToolBox
 
-HELDOUT_FRACTION = 0.2
-SPLIT_SEED = 1234
-_TYPES = {
-    "dict": "object",
-    "float": "number",
-    "tuple": "array",
-    "list": "array",
-    "int": "integer",
-    "bool": "boolean",
-    "str": "string",
-    "any": None,
-}
-
-
-def to_json_schema(schema: Any) -> Any:
-    """BFCL's parameter dialect -> JSON Schema (structural: only schema nodes are touched)."""
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    t = out.get("type")
-    if isinstance(t, str) and t in _TYPES:
-        if _TYPES[t] is None:
-            out.pop("type")
-        else:
-            out["type"] = _TYPES[t]
-    if isinstance(out.get("properties"), dict):
-        out["properties"] = {k: to_json_schema(v) for k, v in out["properties"].items()}
-    if "items" in out:
-        out["items"] = to_json_schema(out["items"])
-    if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = to_json_schema(out["additionalProperties"])
-    out.pop("optional", None)
-    return out
-
-
-class SchemaTool:
-    """A tool that is offered but never run: a name, a schema and validation (the `Tool` interface minus `run`)."""
-
-    def __init__(self, function: dict[str, Any]):
-        params = to_json_schema(function.get("parameters") or {"type": "object", "properties": {}})
-        self.schema = {
-            "type": "function",
-            "function": {
-                "name": function["name"],
-                "description": function.get("description", ""),
-                "parameters": params,
-            },
-        }
-        self.bfcl = function
-        self._validator = jsonschema.Draft202012Validator(params)
-
-    @property
-    def name(self) -> str:
-        return self.schema["function"]["name"]
-
-    def validation_error(self, arguments: Any) -> str | None:
-        if not isinstance(arguments, dict):
-            return "arguments must be a JSON object"
-        err = next(iter(sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))), None)
-        return None if err is None else f"{'.'.join(map(str, err.path)) or 'arguments'}: {err.message[:200]}"
-
-    def run(self, arguments: Any) -> dict[str, Any]:
-        return {"error": "BFCL functions are not executed: the call is the answer"}
-
-
-def default_data() -> list[Path]:
-    """The shared BFCL files: $GRPOLAB_BFCL_DIR, or shared/data/bfcl beside or above the working directory."""
-    candidates = [Path(os.environ["GRPOLAB_BFCL_DIR"])] if os.environ.get("GRPOLAB_BFCL_DIR") else []
-    roots = [Path.cwd().resolve(), Path(__file__).resolve().parent]
-    for root in [r for start in roots for r in (start, *start.parents)]:
-        candidates += [root / "shared" / "data" / "bfcl", root.parent / "shared" / "data" / "bfcl"]
-    for c in candidates:
-        files = sorted(p for p in c.glob("BFCL_*.json") if "possible_answer" not in p.name) if c.is_dir() else []
-        if files:
-            return files
-    raise UserError("no BFCL data found", "pass --data FILE (a BFCL question file) or set GRPOLAB_BFCL_DIR")
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read BFCL file {path} ({exc})", "pass a BFCL JSON Lines question file")
+__all__ = ["BFCLEnv", "SchemaTool", "to_json_schema"]
+NO_CALL = "(no call: none of the offered functions fits)"
 
 
 class BFCLEnv(Environment):
@@ -112,45 +39,92 @@ class BFCLEnv(Environment):
     description = "Berkeley Function Calling Leaderboard format: emit the right call(s); AST-checked, nothing executed"
     instructions = (
         "You are a function-calling assistant. Answer the user's request by calling the right function(s) with "
-        "the right arguments. Write one <tool_call> block per call and nothing else."
+        "the right arguments. Write one <tool_call> block per call and nothing else. If none of the functions "
+        "fits the request, do not call any."
     )
     executes_tools = False
     thought_required = False  # BFCL's answer is the call blocks and nothing else
 
-    def __init__(self, data: list[str] | None = None):
-        files = [Path(p) for p in data] if data else default_data()
+    def __init__(self, data: list[str] | None = None, task_kinds: list[str] | None = None):
         self.toolbox = ToolBox([])
-        self._tasks: dict[Split, list[Task]] = {"train": [], "heldout": []}
+        self.task_kinds: list[str] | None = list(task_kinds) if task_kinds else None
+        """Categories to serve (None: all). `grpolab.envs.get_env` sets it from `--category` / `task_kinds`."""
         self._tools: dict[str, ToolBox] = {}
-        for path in files:
-            self._load(path)
+        self._tasks: dict[str, dict[Split, list[Task]]] = {}
+        self._sources: dict[str, Source] = {}
+        if data:
+            for path in data:  # user files are read now, so a bad path fails before any model loads
+                self._load_source(user_source(Path(path)))
+        else:
+            self._sources = package_sources()
+        self._check_kinds(self.task_kinds)
 
-    def _load(self, path: Path) -> None:
-        if not path.is_file():
-            raise UserError(f"BFCL data file not found: {path}", "check the path given to --data")
-        answers_path = path.with_name(path.name.replace(".json", ".possible_answer.json"))
-        if not answers_path.is_file():
-            raise UserError(f"no possible_answer file beside {path}", f"put {answers_path.name} next to it")
-        answers = {row["id"]: row["ground_truth"] for row in _read_jsonl(answers_path)}
-        rows = [r for r in _read_jsonl(path) if r.get("id") in answers]
-        ids = sorted(r["id"] for r in rows)
-        random.Random(SPLIT_SEED).shuffle(ids)
-        heldout = set(ids[: max(1, int(len(ids) * HELDOUT_FRACTION))])
-        for row in rows:
-            task = self._task(row, answers[row["id"]])
-            self._tasks["heldout" if row["id"] in heldout else "train"].append(task)
+    @property
+    def kinds(self) -> list[str]:
+        """The categories this environment can serve (known without reading the package's files)."""
+        return list(self._sources) if self._sources else list(self._tasks)
 
-    def _task(self, row: dict[str, Any], truth: list[dict[str, Any]]) -> Task:
-        tools = [SchemaTool(f) for f in row["function"]]
-        self._tools[row["id"]] = ToolBox(tools)  # type: ignore[list-item]
-        turns = row["question"][0] if row["question"] and isinstance(row["question"][0], list) else row["question"]
-        prompt = next((m["content"] for m in reversed(turns) if m.get("role") == "user"), "")
-        reference = [
-            (name, {k: _first_value(v) for k, v in params.items() if _first_value(v) is not _OMIT})
-            for call in truth
-            for name, params in call.items()
+    def _check_kinds(self, kinds: list[str] | None) -> None:
+        unknown = sorted(set(kinds or []) - set(self.kinds))
+        if unknown:
+            raise UserError(f"unknown BFCL category {unknown[0]!r}", f"use some of: {', '.join(self.kinds)}")
+
+    def _selected(self) -> list[str]:
+        self._check_kinds(self.task_kinds)
+        return [k for k in self.kinds if not self.task_kinds or k in self.task_kinds]
+
+    def tasks(self, split: Split) -> list[Task]:
+        out: list[Task] = []
+        for category in self._selected():
+            if category not in self._tasks:
+                self._load_source(self._sources[category])
+            out += self._tasks[category][split]
+        return out
+
+    def _load_source(self, source: Source) -> None:
+        answers = {}
+        if source.answers is not None:
+            answers = {row["id"]: row.get("ground_truth") for row in read_jsonl(source.answers)}
+        rows = [
+            r for r in read_jsonl(source.questions) if r["id"] in answers or not needs_answers(category_of(r["id"]))
         ]
-        category = row["id"].rsplit("_", 1)[0]
+        heldout = heldout_ids([r["id"] for r in rows])
+        for row in rows:
+            task = self._task(row, answers.get(row["id"]), source.questions)
+            split: Split = "heldout" if task.id in heldout else "train"
+            self._tasks.setdefault(task.kind, {"train": [], "heldout": []})[split].append(task)
+
+    def _task(self, row: dict[str, Any], truth: Any, path: Path) -> Task:
+        functions, question = row.get("function"), row.get("question")
+        if not isinstance(functions, list) or not all(_is_function(f) for f in functions):
+            raise UserError(f"{path}: {row['id']} has no valid 'function' list", "each function needs a 'name'")
+        turns = question[0] if isinstance(question, list) and question and isinstance(question[0], list) else question
+        if not isinstance(turns, list) or not all(isinstance(m, dict) for m in turns):
+            raise UserError(f"{path}: {row['id']} has no valid 'question'", "give a list of chat messages")
+        last_user = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=None)
+        if last_user is None:
+            raise UserError(f"{path}: {row['id']} has no user message", "end 'question' with a user message")
+        category = category_of(row["id"])
+        meta = {"functions": functions, "history": turns[:last_user]}
+        prompt = str(turns[last_user].get("content", ""))
+        if not needs_answers(category):
+            relevance = "irrelevance" not in category  # relevance: any call is right; irrelevance: none is
+            calls = [(functions[0]["name"], {})] if relevance and functions else []
+            answer = "(any call)" if relevance else NO_CALL
+            return Task(
+                id=row["id"],
+                kind=category,
+                prompt=prompt,
+                answer=answer,
+                truth=[],
+                needs_tools=relevance,
+                reference_calls=calls,
+                reference_answer="",
+                meta=meta,
+            )
+        if not isinstance(truth, list):
+            raise UserError(f"{path}: {row['id']} has no ground_truth list", "check its possible_answer file")
+        reference = [_reference_call(call, functions) for call in truth if isinstance(call, dict) and len(call) == 1]
         return Task(
             id=row["id"],
             kind=category,
@@ -159,40 +133,63 @@ class BFCLEnv(Environment):
             truth=truth,
             reference_calls=reference,
             reference_answer="",
-            meta={"functions": {t.name: t.bfcl for t in tools}},
+            meta=meta,
         )
 
-    def tasks(self, split: Split) -> list[Task]:
-        return self._tasks[split]
-
     def toolbox_for(self, task: Task) -> ToolBox:
+        if task.id not in self._tools:
+            self._tools[task.id] = ToolBox([SchemaTool(f) for f in task.meta["functions"]])  # type: ignore[misc]
         return self._tools[task.id]
+
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        """The lab's system prompt (with the task's own system message appended), earlier turns, the question."""
+        system = self.system_prompt(task)
+        history = []
+        for m in task.meta.get("history", []):
+            if m.get("role") == "system":
+                system += "\n\n" + str(m.get("content", ""))
+            else:
+                history.append({"role": str(m.get("role")), "content": str(m.get("content", ""))})
+        return [{"role": "system", "content": system}, *history, {"role": "user", "content": task.prompt}]
 
     def verify(self, task: Task, final_answer: str, evidence: Any) -> Verdict:
         return Verdict(False, "BFCL tasks are answered by calls")
 
     def verify_calls(self, task: Task, calls: list) -> Verdict:
         made = [(c.name, c.arguments) for c in calls if c.ok]
-        if len(made) != len(calls):
-            return Verdict(False, "a call is malformed")
-        ok, reason = check_calls(made, task.truth, task.meta["functions"])
+        ok, reason = check_output(made, len(made) == len(calls), task.truth, task.meta["functions"], task.kind)
         return Verdict(ok, reason)
+
+
+def _is_function(f: Any) -> bool:
+    return isinstance(f, dict) and isinstance(f.get("name"), str)
 
 
 _OMIT = object()
 
 
-def _first_value(acceptable: list[Any]) -> Any:
-    """The reference value of a parameter: its first acceptable value, nested specs resolved; _OMIT to leave out."""
-    for v in acceptable:
-        if v == "" or v is None:
-            continue
+def _reference_call(expected: dict[str, Any], functions: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """One expected call with each parameter at its first acceptable value ("" first: left out, unless required)."""
+    ((name, params),) = expected.items()
+    function = next((f for f in functions if f["name"] == name), {})
+    required = (function.get("parameters") or {}).get("required") or []
+    params = params if isinstance(params, dict) else {}
+    return name, {k: v for k, accs in params.items() if (v := _first_value(accs, k in required)) is not _OMIT}
+
+
+def _first_value(acceptable: Any, required: bool = False) -> Any:
+    """A parameter's first acceptable value (nested answers resolved); _OMIT where "" (may be omitted) comes first."""
+    for v in acceptable if isinstance(acceptable, list) else []:
+        if v == "":
+            if required:
+                continue
+            return _OMIT
         return _resolve(v)
     return _OMIT
 
 
 def _resolve(v: Any) -> Any:
-    if isinstance(v, dict) and v and all(isinstance(x, list) for x in v.values()):
+    if isinstance(v, dict) and v and all(isinstance(x, list) for x in v.values()):  # {key: [acceptable...]}
         return {k: r for k, x in v.items() if (r := _first_value(x)) is not _OMIT}
     if isinstance(v, list):
         return [_resolve(x) for x in v]
