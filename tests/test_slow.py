@@ -22,7 +22,7 @@ def test_cached_fp32_weights_match_the_gguf(tmp_path, monkeypatch):
 
 
 def test_base_model_rarely_calls_tools(finance):
-    """DESIGN.md's measured fact: the base model writes free text, not the protocol."""
+    """A measured fact the demo is designed around: the base model writes free text, not the protocol."""
     from grpolab.config import load_config
     from grpolab.engine.evaluate import evaluate
     from grpolab.models import load_model

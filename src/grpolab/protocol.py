@@ -1,4 +1,4 @@
-"""The episode protocol of DESIGN.md: parse an assistant transcript into segments, and render the pieces.
+"""The episode protocol of docs/design.md: parse an assistant transcript into segments, and render the pieces.
 
     <thought>...</thought>            optional reasoning
     <tool_call>{"name": ..., "arguments": {...}}</tool_call>
