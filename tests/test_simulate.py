@@ -66,7 +66,7 @@ def test_warning_huge_length_penalty_skips_the_work(profiles):
 def test_warning_large_beta_barely_moves(profiles):
     free = run(profiles)
     pinned = run(profiles, beta=50.0)
-    assert pinned[-1]["kl"] < 0.05 < free[-1]["kl"]
+    assert pinned[-1]["kl"] < free[-1]["kl"] / 10 and free[-1]["kl"] > 0.001  # per-token k3, as the trainer logs
     assert abs(pinned[-1]["success"] - pinned[0]["success"]) < 0.05
 
 

@@ -197,7 +197,10 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
         history[t] = _softmax(theta)
     keys = [*(reward_key(n) for n in standard_names()), "reward/mean"]
     curves = {k: history @ table[:, j] for j, k in enumerate(keys)}
-    curves["kl"] = (history * (np.log(history) - log_p0)).sum(-1)
+    # the trainer's units: a mean per-token k3 estimate, so the class-level (per-episode) KL is spread over the
+    # episode's generated tokens; coarse-graining episodes into classes can only underestimate the sequence KL
+    tokens = np.array([profiles[c].tokens for c in CLASSES])
+    curves["kl"] = (history * (np.log(history) - log_p0)).sum(-1) / np.maximum(history @ tokens, 1.0)
     curves["tool_call_prob"] = history @ call
     # the class policy's probability of starting with a call: the simulator's counterpart of tool_token_mass
     curves["tool_token_mass"] = history @ call
@@ -253,7 +256,7 @@ def sim_to_real(sim: dict[str, Any], real_rows: list[dict[str, Any]]) -> dict[st
     """Mean absolute difference between simulated and measured curves, per curve, on the steps both have."""
     by_step = {row["step"]: row for row in sim["iterations"]}
     gaps = {}
-    for key in ("tool_call_prob", "success"):
+    for key in ("reward/mean", "kl", "tool_call_prob", "success"):
         pairs = [(by_step[r["step"]][key], r[key]) for r in real_rows if r.get("step") in by_step and key in r]
         if pairs:
             gaps[key] = float(np.mean([abs(a - b) for a, b in pairs]))
