@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpolab.agent.chat import ChatSession, ChatSettings
-from grpolab.agent.export import export_run, load_exported
+from grpolab.agent.export import export_run, exported_config, load_exported
 from grpolab.agent.gguf import permute_qk, write_gguf
 from grpolab.cli import main
 from grpolab.config import load_config
@@ -165,6 +165,10 @@ def test_export_model_cli_checks_heldout_and_never_overwrites(trained_run, tmp_p
     assert code == 0 and data["check"]["identical"] == data["check"]["n"] == 2 and data["gguf"] is None
     code, _, err = run_cli(capsys, "export-model", "--run", str(trained_run), "--out", str(out))
     assert code == 2 and "already exists and is not empty" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(
+        capsys, "export-model", "--run", str(trained_run), "--out", str(tmp_path / "x"), "--gguf", "--gguf-type", "q4"
+    )
+    assert code == 2 and "unknown GGUF tensor type 'q4'" in err
     code, _, err = run_cli(capsys, "export-model", "--run", str(tmp_path / "nope"), "--out", str(tmp_path / "x"))
     assert code == 2 and "config.json" in err and not (tmp_path / "x").exists()
 
@@ -252,7 +256,7 @@ def test_chat_refuses_envs_that_run_no_tools(arithmetic):
         ChatSession(None, load_model("tiny")[1], env)
 
 
-def test_chat_cli_answers_questions_from_flags_and_stdin(trained_run, capsys, monkeypatch):
+def test_chat_cli_answers_questions_from_flags_and_stdin(trained_run, exported, capsys, monkeypatch):
     code, out, _ = run_cli(
         capsys, "chat", "--run", str(trained_run), "-q", "Compute 2 + 2", "--json", "--max-new-tokens", "8"
     )
@@ -261,6 +265,10 @@ def test_chat_cli_answers_questions_from_flags_and_stdin(trained_run, capsys, mo
     monkeypatch.setattr("sys.stdin", io.StringIO("Compute 1 + 1\n\nCompute 3 * 3\n"))
     code, out, _ = run_cli(capsys, "chat", "--run", str(trained_run), "--max-new-tokens", "4")
     assert code == 0 and out.count("agent: ") == 2
+    code, out, _ = run_cli(capsys, "chat", "--model", str(exported.out), "-q", "Compute 2 + 2", "--json")
+    assert code == 0 and json.loads(out.splitlines()[-1])["kind"] == "answer"
+    cfg = exported_config(exported.out)  # the folder brings its run's env and prompt settings (default env: finance)
+    assert cfg.env == "arithmetic" and cfg.model == str(exported.out)
     code, _, err = run_cli(capsys, "chat", "--run", str(trained_run), "--model", "tiny", "-q", "hi")
     assert code == 2 and "--run or --model" in err
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,8 @@ class HeldoutCheck:
     export_success: float
     differing: list[str] = field(default_factory=list)
     """Task ids whose transcripts differ."""
+    seconds: float = 0.0
+    """Both evaluations and the reload."""
 
     @property
     def same(self) -> bool:
@@ -58,6 +60,7 @@ class ExportResult:
     out: Path
     step: int
     seconds: float
+    """The export itself (load, merge, write), not the --check evaluations."""
     folder_bytes: int
     gguf: Path | None = None
     gguf_bytes: int = 0
@@ -123,26 +126,28 @@ def _manifest(run: Path, step: int, cfg: LabConfig, system_prompt: str, gguf: st
 
 
 def _model_card(run: Path, step: int, cfg: LabConfig, gguf: str | None) -> str:
-    gguf_line = (
-        f"\n`{gguf}`: the same weights as GGUF, for llama.cpp or "
-        f'`AutoModelForCausalLM.from_pretrained("DIR/gguf", gguf_file="{gguf[len(GGUF_DIR) + 1 :]}")`.\n'
-        if gguf
-        else ""
-    )
+    gguf_part = ""
+    if gguf:
+        folder, name = gguf.split("/", 1)
+        gguf_part = (
+            f"\n`{gguf}` holds the same weights as GGUF, for llama.cpp or transformers:\n"
+            f'`AutoModelForCausalLM.from_pretrained("DIR/{folder}", gguf_file="{name}")`.\n'
+        )
     return f"""# {run.name} (grpolab agent, step {step})
 
-Trained with GRPO by grpolab on the `{cfg.env}` environment, from `{cfg.model}`; LoRA merged into the weights (fp32).
-{gguf_line}
+Trained by grpolab on the `{cfg.env}` environment, from `{cfg.model}`; LoRA merged into the weights (fp32).
 
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
 model = AutoModelForCausalLM.from_pretrained("DIR")
 tokenizer = AutoTokenizer.from_pretrained("DIR")
 ```
-
-The agent writes `<thought>...</thought>`, then `<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>`; stop
-there, run the tool, append `<tool_response>{{json}}</tool_response>` to the same assistant turn and continue. Its
-system prompt (the tools and the protocol) is in `grpolab.json`. `grpolab chat --model DIR` does all of this.
+{gguf_part}
+The agent writes `<thought>...</thought>`, then `<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>`.
+Stop there (`generate(..., stop_strings=["</tool_call>"], tokenizer=tokenizer)`), run the tool, append
+`<tool_response>{{json}}</tool_response>` to the same assistant turn and continue; the text after the last tool
+response is its answer. The system prompt it was trained with (the tools and the protocol) is in `grpolab.json`.
+`grpolab chat --model DIR` does all of this with the environment's real tools.
 """
 
 
@@ -177,11 +182,14 @@ def export_run(
     if problem:
         raise UserError(f"cannot write {run} as GGUF: {problem}", CONVERT_HINT)
     env = env_for(cfg)
+    t_check = time.perf_counter()
     before = evaluate(policy, tokenizer, env, cfg, limit=check_limit)[1] if check else None
+    t_check = time.perf_counter() - t_check
     model = merged_model(policy)
     model.generation_config = _generation_config(tokenizer, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export."))
+    tmp = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()  # not mkdtemp: that folder would be private (0700), and the export is an ordinary one
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -199,9 +207,10 @@ def export_run(
     if info is not None:
         result.gguf, result.gguf_bytes, result.gguf_type = out / GGUF_DIR / gguf_path.name, info.bytes, info.tensor_type
         result.folder_bytes -= info.bytes
+    result.seconds = time.perf_counter() - t0 - t_check
     if before is not None:
         result.check = compare_heldout(before, out, env, cfg, check_limit)
-    result.seconds = time.perf_counter() - t0
+        result.check.seconds += t_check
     return result
 
 
@@ -225,6 +234,7 @@ def compare_heldout(
     """Evaluate the exported folder greedily and compare it with the run policy's held-out episodes."""
     from grpolab.engine.evaluate import evaluate, summarize
 
+    t0 = time.perf_counter()
     model, tokenizer = load_exported(out)
     summary, episodes = evaluate(model, tokenizer, env, cfg, limit=limit)
     pairs = list(zip(run_episodes, episodes, strict=True))
@@ -235,6 +245,7 @@ def compare_heldout(
         run_success=summarize(run_episodes)["heldout/success"],
         export_success=summary["heldout/success"],
         differing=differing,
+        seconds=time.perf_counter() - t0,
     )
 
 

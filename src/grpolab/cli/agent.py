@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import json as jsonlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
 from grpolab.cli.options import ConfigOpt, EnvOpt, JsonOpt, ModelOpt, SeedOpt, console, err_console, print_json
 from grpolab.errors import UserError
+
+if TYPE_CHECKING:
+    from grpolab.agent.chat import ChatEvent
+    from grpolab.config import LabConfig
 
 RunOpt = Annotated[Path | None, typer.Option("--run", help="Run directory (runs/NAME); its latest checkpoint.")]
 EXIT_WORDS = {"exit", "quit", "/exit", "/quit"}
@@ -39,8 +44,10 @@ def export_model(
 ) -> None:
     """Export a run's agent: merged weights as a transformers model folder (and GGUF) that loads without grpolab."""
     from grpolab.agent.export import export_run
+    from grpolab.agent.gguf import GGUFType
 
-    result = export_run(run, out, gguf=gguf, gguf_type=gguf_type, check=check, check_limit=limit)  # type: ignore[arg-type]
+    kind: GGUFType = gguf_type  # type: ignore[assignment]  # export_run rejects other values with a UserError
+    result = export_run(run, out, gguf=gguf, gguf_type=kind, check=check, check_limit=limit)
     if json:
         print_json(result.to_json())
     else:
@@ -54,7 +61,8 @@ def export_model(
             c = result.check
             console.print(
                 f"held-out check: {c.identical}/{c.n} identical transcripts; success run {c.run_success:.2f}, "
-                f"export {c.export_success:.2f}" + (f"; differ: {', '.join(c.differing[:5])}" if c.differing else "")
+                f"export {c.export_success:.2f} ({c.seconds:.0f} s)"
+                + (f"; differ: {', '.join(c.differing[:5])}" if c.differing else "")
             )
     if result.check is not None and not result.check.same:
         raise typer.Exit(1)
@@ -90,7 +98,7 @@ def chat(
         session = ChatSession.from_run(run, **opts)
     else:
         session = ChatSession.from_config(_model_config(config, env, model, seed), **opts)
-    for q in _questions(question, json):
+    for q in _questions(question):
         if json:
             print_json_line({"kind": "question", "text": q})
         for event in session.send(q):
@@ -100,7 +108,7 @@ def chat(
                 _render(event)
 
 
-def _model_config(config: Path | None, env: str | None, model: str | None, seed: int | None):
+def _model_config(config: Path | None, env: str | None, model: str | None, seed: int | None) -> LabConfig:
     """An exported folder brings its run's config (env, prompt); otherwise the usual config resolution."""
     from grpolab.agent.export import exported_config
     from grpolab.cli.options import resolve_config
@@ -111,7 +119,7 @@ def _model_config(config: Path | None, env: str | None, model: str | None, seed:
     return resolve_config(config, env, model, seed)
 
 
-def _questions(given: list[str] | None, json: bool):
+def _questions(given: list[str] | None) -> Iterator[str]:
     if given:
         yield from given
         return
@@ -136,7 +144,7 @@ def print_json_line(data: dict) -> None:
     sys.stdout.flush()
 
 
-def _render(event) -> None:
+def _render(event: ChatEvent) -> None:
     """Model text is printed as plain Text, never as rich markup (it is untrusted)."""
     k = event.kind
     if k == "thought":
@@ -144,7 +152,7 @@ def _render(event) -> None:
     elif k == "text":
         console.print(Text(event.text))
     elif k == "tool_call" and event.name is not None and event.arguments is not None:
-        console.print(Text("→ ", style="cyan") + Text(f"{event.name}({jsonlib.dumps(event.arguments)})", style="cyan"))
+        console.print(Text(f"→ {event.name}({jsonlib.dumps(event.arguments)})", style="cyan"))
     elif k == "tool_call":
         console.print(Text("→ malformed call: ", style="yellow") + Text(event.text or (event.raw or "")))
     elif k == "tool_response":
