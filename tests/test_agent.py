@@ -224,6 +224,11 @@ def test_chat_survives_malformed_calls_and_stops_at_the_limits(arithmetic):
     assert events[2].text == "[bold]x" and "tool-call limit" in events[4].text and events[-1].stop == "turn_limit"
     looping = list(scripted_session(tok, arithmetic, enc("la"), max_new_tokens=7).send("hi"))
     assert looping[-1].stop == "budget" and "token budget (7" in looping[-2].text
+    small = ScriptedLM(enc("la"), len(tok))
+    small.config = SimpleNamespace(max_position_embeddings=len(enc(arithmetic.system_prompt())) + 40)
+    full = list(ChatSession(small, tok, arithmetic).send("hi"))
+    assert full[-1].stop == "context" and "context window" in full[-2].text
+    assert full[-1].text.startswith("la") and len(enc(full[-1].text)) < 40
 
 
 def test_greedy_chat_is_the_greedy_heldout_episode(arithmetic):

@@ -90,7 +90,6 @@ class ChatSettings:
 class _Episode:
     """What one `send` has produced so far."""
 
-    prompt_len: int
     ids: list[int] = field(default_factory=list)
     """Completion ids: the model's tokens and the spliced tool-response tokens."""
     policy_tokens: int = 0
@@ -159,13 +158,14 @@ class ChatSession:
         s, tok = self.settings, self.tokenizer
         text = tok.apply_chat_template(self.messages(question), add_generation_prompt=True, tokenize=False)
         prompt = tok(text, add_special_tokens=False).input_ids
-        ep = _Episode(prompt_len=len(prompt))
-        feed, cache = prompt, None
+        ep = _Episode()
+        feed, cache, fed = prompt, None, 0
         while True:
-            if ep.prompt_len + len(ep.ids) + len(feed) > self._context:
+            if fed + len(feed) > self._context:
                 ep.stop = "context"
                 break
             logits, cache = self._forward(feed, cache)
+            fed += len(feed)
             token = self._pick(logits)
             ep.ids.append(token)
             ep.policy_tokens += 1
