@@ -83,7 +83,7 @@ def chat(
     history: Annotated[bool, typer.Option("--history", help="Keep earlier questions in the context.")] = False,
     json: JsonOpt = False,
 ) -> None:
-    """Talk to an agent: it thinks, calls the environment's real tools and answers (a run, or any --model)."""
+    """Talk to an agent: it thinks, calls the environment's real tools and answers (--run, or --model incl. exports)."""
     from grpolab.agent.chat import ChatSession
 
     opts = {
