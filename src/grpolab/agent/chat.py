@@ -1,19 +1,23 @@
 """Talk to an agent: a question in; its thoughts, real tool calls, tool responses and answer out, as they happen.
 
 `ChatSession.send(question)` is a generator of `ChatEvent`s, so a terminal (`grpolab chat`) and a web box can both
-render an episode while it is being generated. It mirrors the rollout (`grpolab.engine.rollout`): the same prompt
-(the env's system prompt as a chat template), the same stop rules (end of turn, `</tool_call>`, the token budget
-and the tool-call limit), the same tool execution (`respond_to_call`) and the same response splicing. So a greedy
-chat answer to a held-out prompt is that task's greedy held-out episode, token for token.
+render an episode while it is being generated. Each question runs through the rollout's own turn logic
+(`grpolab.engine.rollout._Turns` with the run's episode format, inline or chat_template): the same prompt, the same
+stop rules (end of turn, end of call, the token budget, the tool-call limit), the same tool execution and the same
+splicing of the response tokens. So a greedy chat answer to a held-out prompt is that task's greedy held-out
+episode, and events are read off the canonical inline transcript the rewards score, whatever the format.
 
 Departures from the rollout, and why:
-- One sequence, not a batch; a tool response goes through the KV cache as one chunk (the rollout feeds it token by
-  token because its batch rows move in lockstep). Greedy by default (`temperature=0`), as the lab evaluates.
-- A question is not a Task: the env's system prompt and its env-level toolbox (`env.toolbox`) are used, which is
-  what `Environment.system_prompt(None)` renders. Environments that run no tools (bfcl: its functions come with
-  each task and the calls are the answer) are refused.
-- Each question is a fresh episode, as trained and evaluated. With `keep_history`, earlier questions and
-  transcripts are re-rendered through the chat template ahead of the new question (the model never trained so).
+- One sequence through `model.forward` with transformers' cache (as the rollout's `_decode_one`), not the batched
+  decoder: a chat has one episode, and any architecture works. Greedy by default, as the lab evaluates.
+- A question is not a Task: it becomes a Task-less episode (an empty ground truth) with the env's system prompt and
+  env-level tools; environments whose tools come with each task (bfcl: the calls are the answer and nothing runs)
+  are refused.
+- Each question is a fresh episode, as trained and evaluated. With `keep_history` (inline format only), earlier
+  questions and transcripts are rendered through the chat template ahead of the new one (the model never
+  trained so).
+- `delta` events stream the canonical transcript; where the format rewrites it after the fact (llama3-style calls
+  become `<tool_call>` blocks once parsed) a delta is skipped, and the structured events stay exact.
 
 Model output is untrusted: parsing never raises (`protocol.parse_transcript`), a malformed call gets an error
 response, a tool that raises becomes an error response, and the context window is checked before each forward.
@@ -21,18 +25,17 @@ response, a tool that raises becomes an error response, and the context window i
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from grpolab.config import LabConfig
-from grpolab.envs.base import Environment
+from grpolab.envs.base import Environment, Task
 from grpolab.errors import UserError
-from grpolab.protocol import TOOL_CALL_CLOSE, ToolCall, parse_transcript, render_tool_response
+from grpolab.protocol import parse_transcript, response_json
 
 EventKind = Literal["delta", "thought", "text", "tool_call", "tool_response", "answer", "error"]
 STOP_MESSAGES = {
@@ -40,6 +43,7 @@ STOP_MESSAGES = {
     "turn_limit": "stopped: the tool-call limit ({max_turns} calls) was reached; the last call was not run",
     "stray_close": "stopped: </tool_call> closed no open tool call",
     "context": "stopped: the model's context window is full",
+    "template_mismatch": "stopped: the chat template did not extend what the model wrote",
 }
 
 
@@ -78,66 +82,74 @@ class ChatSettings:
     top_p: float = 1.0
     seed: int = 0
     keep_history: bool = False
+    format: str = "inline"
+    """The run's rollout.format: the lab's inline protocol or the model's chat template."""
+    tool_syntax: str = "auto"
 
     @classmethod
     def from_config(cls, cfg: LabConfig, **overrides: Any) -> ChatSettings:
-        """The run's rollout limits; sampling stays greedy unless overridden."""
-        base = cls(max_new_tokens=cfg.rollout.max_new_tokens, max_turns=cfg.rollout.max_turns, seed=cfg.seed)
+        """The run's rollout limits and format; sampling stays greedy unless overridden."""
+        r = cfg.rollout
+        base = cls(r.max_new_tokens, r.max_turns, seed=cfg.seed, format=r.format, tool_syntax=r.tool_syntax)
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+
+    def sampling(self) -> Any:
+        from grpolab.engine.rollout import SamplingSettings
+
+        greedy = self.temperature <= 0
+        temperature = 1.0 if greedy else self.temperature
+        return SamplingSettings(
+            self.max_new_tokens, self.max_turns, temperature, self.top_p, self.format, self.tool_syntax, greedy
+        )
 
 
 @dataclass
-class _Episode:
-    """What one `send` has produced so far."""
+class _Shown:
+    """What one `send` has reported so far."""
 
-    ids: list[int] = field(default_factory=list)
-    """Completion ids: the model's tokens and the spliced tool-response tokens."""
-    policy_tokens: int = 0
-    turns: int = 0
-    turn_start: int = 0
-    emitted: int = 0
+    segments: int = 0
     """Transcript segments already reported as events."""
-    shown: str = ""
+    text: str = ""
     """Transcript text already reported as deltas."""
-    stop: str = ""
 
 
 class ChatSession:
     """A conversation with one agent (model + tokenizer + the environment whose tools it calls)."""
 
     def __init__(self, model: Any, tokenizer: Any, env: Environment, settings: ChatSettings | None = None):
-        from grpolab.engine.rollout import stop_token_ids
-
+        self.model, self.tokenizer, self.env = model, tokenizer, env
+        self.settings = settings or ChatSettings()
         if not env.executes_tools:
             raise UserError(
                 f"env {env.name!r} runs no tools (its functions come with each task and the calls are the answer)",
                 "chat with a run of an environment that has real tools (finance, arithmetic, code)",
             )
-        self.model, self.tokenizer, self.env = model, tokenizer, env
-        self.settings = settings or ChatSettings()
+        try:
+            env.toolbox_for(question_task(""))
+        except Exception:
+            raise UserError(
+                f"env {env.name!r} has no tools outside its own tasks", "chat with finance, arithmetic or code"
+            ) from None
+        self._turns = self._rules()  # built here too, so a bad chat template is refused before any question
         self.history: list[dict[str, str]] = []
         self.last_transcript = ""
-        self._stops = stop_token_ids(tokenizer)
         self._generator = torch.Generator().manual_seed(self.settings.seed)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        # transformers 5.2x renamed the forward's `past_key_values` to `cache` (the rollout handles both too)
-        self._cache_kw = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
         config = getattr(model, "config", None)
         self._context = getattr(config, "max_position_embeddings", None) or 1 << 62
 
     @classmethod
     def from_run(cls, run: Path, **overrides: Any) -> ChatSession:
         """The agent of a run directory at its latest checkpoint (LoRA merged, as `export-model` writes it)."""
-        from grpolab.agent.export import merged_model
-        from grpolab.engine.loop import env_for, load_run_policy
+        from grpolab.agent.export import load_run_checkpoint, merged_model
+        from grpolab.envs import env_for
 
-        policy, tokenizer, cfg = load_run_policy(run)
+        policy, tokenizer, cfg, _ = load_run_checkpoint(run)
         return cls(merged_model(policy), tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides))
 
     @classmethod
     def from_config(cls, cfg: LabConfig, **overrides: Any) -> ChatSession:
         """cfg.model (smollm2, tiny, an HF id or an exported folder) with cfg.env's tools and prompt."""
-        from grpolab.engine.loop import env_for
+        from grpolab.envs import env_for
         from grpolab.models import load_model
 
         model, tokenizer = load_model(cfg.model, seed=cfg.seed)
@@ -148,106 +160,64 @@ class ChatSession:
         self.history.clear()
 
     def messages(self, question: str) -> list[dict[str, str]]:
-        """The chat that starts this question's episode: system prompt, history (if kept), the question."""
-        system = {"role": "system", "content": self.env.system_prompt()}
+        """The chat that starts this question's inline episode: system prompt, history (if kept), the question."""
+        system = {"role": "system", "content": self.env.system_prompt(question_task(question))}
         return [system, *self.history, {"role": "user", "content": question}]
+
+    def _rules(self) -> Any:
+        """The rollout's turn logic (stops, call detection, tool execution, splicing) for the current settings."""
+        from grpolab.engine.rollout import _Turns
+
+        if self.settings.keep_history and self.settings.format != "inline":
+            raise UserError("keep_history works with rollout.format = inline only", "ask each question on its own")
+        return _Turns(self.tokenizer, self.env, self.settings.sampling())
+
+    def _prompt_ids(self, task: Task) -> list[int]:
+        if not self.history:
+            return self._turns.fmt.prompt_ids(self.env, task)
+        text = self.tokenizer.apply_chat_template(
+            self.messages(task.prompt), add_generation_prompt=True, tokenize=False
+        )
+        return self.tokenizer(text, add_special_tokens=False).input_ids
 
     @torch.no_grad()
     def send(self, question: str, deltas: bool = False) -> Iterator[ChatEvent]:
         """Run one episode for `question`, yielding events as they happen; the last one is always `answer`."""
-        s, tok = self.settings, self.tokenizer
-        text = tok.apply_chat_template(self.messages(question), add_generation_prompt=True, tokenize=False)
-        prompt = tok(text, add_special_tokens=False).input_ids
-        ep = _Episode()
-        feed, cache, fed = prompt, None, 0
-        while True:
-            if fed + len(feed) > self._context:
-                ep.stop = "context"
-                break
-            logits, cache = self._forward(feed, cache)
-            fed += len(feed)
-            token = self._pick(logits)
-            ep.ids.append(token)
-            ep.policy_tokens += 1
-            feed = [token]
-            if token in self._stops:
-                ep.stop = "eos"
-                break
-            if TOOL_CALL_CLOSE in tok.decode(ep.ids[-8:]):
-                yield from self._progress(ep, deltas)
-                call = self._closed_call(ep)
-                if call is None:
-                    break
-                response = self._execute(call)
-                ep.turns += 1
-                yield ChatEvent("tool_response", name=call.name, response=response)
-                forced = tok(render_tool_response(response), add_special_tokens=False).input_ids
-                ep.ids += forced
-                ep.turn_start = len(ep.ids)
-                feed = [token, *forced]
-            elif ep.policy_tokens >= s.max_new_tokens:
-                ep.stop = "budget"
-                break
-            yield from self._progress(ep, deltas)
-        yield from self._finish(ep, question, deltas)
+        from grpolab.engine.rollout import Episode, sample_next
+        from grpolab.models import cache_keyword, cache_of
 
-    # ---- one decoding step ----
-
-    def _forward(self, feed: list[int], cache: Any) -> tuple[torch.Tensor, Any]:
+        self._turns = self._rules()  # settings may have changed since the last question
+        task = question_task(question)
+        e = Episode(task, 0, self._prompt_ids(task))
+        shown, s = _Shown(), self._turns.s
         device = next(self.model.parameters()).device
-        kwargs = {self._cache_kw: cache} if cache is not None else {}
-        out = self.model(input_ids=torch.tensor([feed], device=device), use_cache=True, **kwargs)
-        new_cache = getattr(out, "cache", None)
-        return out.logits[0, -1, :].float(), new_cache if new_cache is not None else out.past_key_values
-
-    def _pick(self, logits: torch.Tensor) -> int:
-        s = self.settings
-        if s.temperature <= 0:
-            return int(logits.argmax())
-        probs = torch.softmax(logits / s.temperature, dim=-1)
-        if s.top_p < 1.0:
-            sorted_p, idx = probs.sort(descending=True)
-            keep = sorted_p.cumsum(-1) - sorted_p < s.top_p
-            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
-        return int(torch.multinomial(probs.cpu(), 1, generator=self._generator))
-
-    def _closed_call(self, ep: _Episode) -> ToolCall | None:
-        """The call the model just closed, or None (with ep.stop set) when the episode ends here instead."""
-        if ep.turns >= self.settings.max_turns:
-            ep.stop = "turn_limit"
-            return None
-        if ep.policy_tokens >= self.settings.max_new_tokens:
-            ep.stop = "budget"
-            return None
-        turn = self.tokenizer.decode([t for t in ep.ids[ep.turn_start :] if t not in self._stops])
-        calls = parse_transcript(turn).calls
-        if not calls:
-            ep.stop = "stray_close"
-            return None
-        return calls[-1]
-
-    def _execute(self, call: ToolCall) -> dict[str, Any]:
-        from grpolab.rewards.replay import respond_to_call
-
-        try:
-            return respond_to_call(self.env.toolbox, call)
-        except Exception as exc:  # built-in tools never raise; a user environment's might
-            return {"error": f"tool {call.name} failed ({type(exc).__name__}: {str(exc)[:200]})"}
+        feed, cache, fed = e.prompt_ids, None, 0
+        while feed:
+            if fed + len(feed) > self._context:
+                e.stop_reason = "context"
+                break
+            kwargs = {cache_keyword(self.model): cache} if cache is not None else {}
+            out = self.model(input_ids=torch.tensor([feed], device=device), use_cache=True, logits_to_keep=1, **kwargs)
+            fed, cache = fed + len(feed), cache_of(out)
+            token, logp = sample_next(out.logits[:, -1, :].float(), s, self._generator)
+            feed = self._turns.after(e, int(token), float(logp))  # [] when the episode ends
+            yield from self._progress(e, shown, deltas)
+        yield from self._finish(e, shown, deltas)
 
     # ---- events ----
 
-    def _transcript(self, ep: _Episode) -> str:
-        return self.tokenizer.decode(ep.ids, skip_special_tokens=True)
+    def _transcript(self, e: Any) -> str:
+        return self._turns.fmt.transcript(e)
 
-    def _progress(self, ep: _Episode, deltas: bool, final: bool = False) -> Iterator[ChatEvent]:
+    def _progress(self, e: Any, shown: _Shown, deltas: bool, final: bool = False) -> Iterator[ChatEvent]:
         """Events for what became complete since the last call: new text (deltas) and finished segments."""
-        text = self._transcript(ep)
-        if deltas and text.startswith(ep.shown):
-            new = text[len(ep.shown) :]
+        text = self._transcript(e)
+        if deltas and text.startswith(shown.text):
+            new = text[len(shown.text) :]
             if not final:
                 new = new.rstrip("\ufffd")  # half of a multi-byte character: wait for the rest
             if new:
-                ep.shown += new
+                shown.text += new
                 yield ChatEvent("delta", text=new)
         segments = parse_transcript(text).segments
         if final:  # everything up to the trailing plain text, which is the answer
@@ -256,7 +226,12 @@ class ChatSession:
             done = len(segments) - 1  # the last segment may still grow
         else:
             done = len(segments)
-        for seg in segments[ep.emitted : done]:
+        last_call: str | None = None
+        for i, seg in enumerate(segments[:done]):
+            if seg.kind == "tool_call" and seg.call is not None:
+                last_call = seg.call.name
+            if i < shown.segments:
+                continue
             if seg.kind == "thought":
                 yield ChatEvent("thought", text=seg.text.strip())
             elif seg.kind == "text" and seg.text.strip():
@@ -264,15 +239,21 @@ class ChatSession:
             elif seg.kind == "tool_call" and seg.call is not None:
                 c = seg.call
                 yield ChatEvent("tool_call", text=c.error or "", name=c.name, arguments=c.arguments, raw=c.raw)
-            # tool_response segments were reported when the tool ran
-        ep.emitted = max(ep.emitted, done)
+            elif seg.kind == "tool_response":  # only the environment writes these: the real response
+                yield ChatEvent("tool_response", name=last_call, response=response_json(seg.text))
+        shown.segments = max(shown.segments, done)
 
-    def _finish(self, ep: _Episode, question: str, deltas: bool) -> Iterator[ChatEvent]:
-        yield from self._progress(ep, deltas, final=True)
-        transcript = self._transcript(ep)
-        if ep.stop in STOP_MESSAGES:
-            yield ChatEvent("error", text=STOP_MESSAGES[ep.stop].format(**asdict(self.settings)))
+    def _finish(self, e: Any, shown: _Shown, deltas: bool) -> Iterator[ChatEvent]:
+        yield from self._progress(e, shown, deltas, final=True)
+        transcript = self._transcript(e)
+        if e.stop_reason in STOP_MESSAGES:
+            yield ChatEvent("error", text=STOP_MESSAGES[e.stop_reason].format(**asdict(self.settings)))
         self.last_transcript = transcript
         if self.settings.keep_history:
-            self.history += [{"role": "user", "content": question}, {"role": "assistant", "content": transcript}]
-        yield ChatEvent("answer", text=parse_transcript(transcript).final_answer, stop=ep.stop)
+            self.history += [{"role": "user", "content": e.task.prompt}, {"role": "assistant", "content": transcript}]
+        yield ChatEvent("answer", text=parse_transcript(transcript).final_answer, stop=e.stop_reason)
+
+
+def question_task(question: str) -> Task:
+    """A question as a Task-less episode: no ground truth, no reference; only its prompt is read."""
+    return Task(id="chat", prompt=question, answer="", truth=None, kind="chat")

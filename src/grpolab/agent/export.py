@@ -80,21 +80,33 @@ def merged_model(policy: Any) -> Any:
 
 
 def stop_ids(tokenizer: Any) -> list[int]:
-    from grpolab.engine.rollout import stop_token_ids
+    from grpolab.formats import stop_token_ids
 
     return sorted(stop_token_ids(tokenizer))
 
 
-def check_out_dir(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} already exists and is not empty", "pick a new --out directory (nothing is overwritten)")
+def load_run_checkpoint(run: Path) -> tuple[Any, Any, LabConfig, int]:
+    """(policy, tokenizer, config, step) of a run at its newest intact checkpoint (`engine.policy.load_run_policy`,
+    which does not say which step it loaded)."""
+    from grpolab.engine.policy import build_policy
 
-
-def _latest_step(run: Path) -> int:
-    ckpts = RunDir(run).checkpoints()
-    if not ckpts:
+    rundir = RunDir(run)
+    cfg = rundir.read_config()
+    if not rundir.checkpoints():
         raise UserError(f"{run} has no checkpoint", "train it first (grpolab train --out ...)")
-    return ckpts[-1][0]
+    policy, tokenizer, _ = build_policy(cfg, rundir.warm_start())
+    state = rundir.load_checkpoint(policy, None)
+    if state is None:
+        raise UserError(f"{run} has no intact checkpoint", "train it again, or resume it to write a new one")
+    return policy, tokenizer, cfg, int(state["step"])
+
+
+def check_out_dir(out: Path) -> None:
+    """An export never overwrites: --out must not exist, or be an empty folder."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file", "pick a new --out directory (nothing is overwritten)")
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} already exists and is not empty", "pick a new --out directory (nothing is overwritten)")
 
 
 def _generation_config(tokenizer: Any, cfg: LabConfig) -> Any:
@@ -111,18 +123,31 @@ def _generation_config(tokenizer: Any, cfg: LabConfig) -> Any:
 
 
 def _manifest(run: Path, step: int, cfg: LabConfig, system_prompt: str, gguf: str | None) -> dict[str, Any]:
+    inline = cfg.rollout.format == "inline"
     return {
         "exported_from": str(run.resolve()),
         "step": step,
         "base_model": cfg.model,
         "env": cfg.env,
         "dtype": "float32",
-        "protocol": "inline: <thought>, <tool_call>{json}</tool_call>, <tool_response>",
-        "stop_strings": ["</tool_call>"],
+        "format": cfg.rollout.format,
+        "tool_syntax": None if inline else cfg.rollout.tool_syntax,
+        "stop_strings": ["</tool_call>"] if inline or cfg.rollout.tool_syntax != "llama3" else [],
         "system_prompt": system_prompt,
         "gguf": gguf,
         "config": config_to_dict(cfg),
     }
+
+
+_INLINE_USE = """The agent writes `<thought>...</thought>`, then
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`. Stop there
+(`generate(..., stop_strings=["</tool_call>"], tokenizer=tokenizer)`), run the tool, append
+`<tool_response>{json}</tool_response>` to the same assistant turn and continue; the text after the last tool
+response is its answer. The system prompt it was trained with (the tools and the protocol) is in `grpolab.json`."""
+_TEMPLATE_USE = """It was trained in its chat template's own tool format: pass the tools to
+`tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True)`, read its calls in the {syntax}
+syntax, and send each result back as a `{{"role": "tool", "content": json}}` message. The system message it was
+trained with is in `grpolab.json`."""
 
 
 def _model_card(run: Path, step: int, cfg: LabConfig, gguf: str | None) -> str:
@@ -133,6 +158,7 @@ def _model_card(run: Path, step: int, cfg: LabConfig, gguf: str | None) -> str:
             f"\n`{gguf}` holds the same weights as GGUF, for llama.cpp or transformers:\n"
             f'`AutoModelForCausalLM.from_pretrained("DIR/{folder}", gguf_file="{name}")`.\n'
         )
+    use = _INLINE_USE if cfg.rollout.format == "inline" else _TEMPLATE_USE.format(syntax=cfg.rollout.tool_syntax)
     return f"""# {run.name} (grpolab agent, step {step})
 
 Trained by grpolab on the `{cfg.env}` environment, from `{cfg.model}`; LoRA merged into the weights (fp32).
@@ -143,11 +169,8 @@ model = AutoModelForCausalLM.from_pretrained("DIR")
 tokenizer = AutoTokenizer.from_pretrained("DIR")
 ```
 {gguf_part}
-The agent writes `<thought>...</thought>`, then `<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>`.
-Stop there (`generate(..., stop_strings=["</tool_call>"], tokenizer=tokenizer)`), run the tool, append
-`<tool_response>{{json}}</tool_response>` to the same assistant turn and continue; the text after the last tool
-response is its answer. The system prompt it was trained with (the tools and the protocol) is in `grpolab.json`.
-`grpolab chat --model DIR` does all of this with the environment's real tools.
+{use}
+`grpolab chat --model DIR` runs it with the environment's real tools.
 """
 
 
@@ -168,35 +191,38 @@ def export_run(
     With `check`, the run's policy and the reloaded folder are both evaluated greedily on the held-out tasks
     (`check_limit` of them, default the run's eval_limit) and their transcripts compared.
     """
+    from grpolab.agent.chat import question_task
     from grpolab.engine.evaluate import evaluate
-    from grpolab.engine.loop import env_for, load_run_config, load_run_policy
+    from grpolab.envs import env_for
 
     t0 = time.perf_counter()
     check_out_dir(out)
     if gguf and gguf_type not in GGUF_TYPES:
         raise UserError(f"unknown GGUF tensor type {gguf_type!r}", f"use one of: {', '.join(GGUF_TYPES)}")
-    load_run_config(run)  # a missing or broken config.json is the first thing to say
-    step = _latest_step(run)
-    policy, tokenizer, cfg = load_run_policy(run)
-    problem = gguf_problem(policy, tokenizer) if gguf else None  # before any slow work
-    if problem:
-        raise UserError(f"cannot write {run} as GGUF: {problem}", CONVERT_HINT)
-    env = env_for(cfg)
-    t_check = time.perf_counter()
-    before = evaluate(policy, tokenizer, env, cfg, limit=check_limit)[1] if check else None
-    t_check = time.perf_counter() - t_check
-    model = merged_model(policy)
-    model.generation_config = _generation_config(tokenizer, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # made first, so an unwritable --out fails before minutes of loading; not mkdtemp, whose folder is private
     tmp = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir()  # not mkdtemp: that folder would be private (0700), and the export is an ordinary one
+    tmp.mkdir()
+    t_check, before, info = 0.0, None, None
     try:
+        policy, tokenizer, cfg, step = load_run_checkpoint(run)
+        problem = gguf_problem(policy, tokenizer) if gguf else None  # before any slow work
+        if problem:
+            raise UserError(f"cannot write {run} as GGUF: {problem}", CONVERT_HINT)
+        env = env_for(cfg)
+        if check:
+            t_check = time.perf_counter()
+            before = evaluate(policy, tokenizer, env, cfg, limit=check_limit)[1]
+            t_check = time.perf_counter() - t_check
+        model = merged_model(policy)
+        model.generation_config = _generation_config(tokenizer, cfg)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         gguf_path = tmp / GGUF_DIR / f"{out.name}.{gguf_type}.gguf"
         info = write_gguf(model, tokenizer, gguf_path, run.name, gguf_type) if gguf else None
         gguf_name = f"{GGUF_DIR}/{gguf_path.name}" if info else None
-        (tmp / MANIFEST).write_text(json.dumps(_manifest(run, step, cfg, env.system_prompt(), gguf_name), indent=2))
+        system = env.system_prompt() if cfg.rollout.format == "inline" else env.chat_instructions(question_task(""))
+        (tmp / MANIFEST).write_text(json.dumps(_manifest(run, step, cfg, system, gguf_name), indent=2))
         (tmp / "README.md").write_text(_model_card(run, step, cfg, gguf_name))
         if out.exists():
             out.rmdir()  # empty (checked above)
@@ -205,7 +231,7 @@ def export_run(
         shutil.rmtree(tmp, ignore_errors=True)
     result = ExportResult(out=out, step=step, seconds=0.0, folder_bytes=folder_bytes(out))
     if info is not None:
-        result.gguf, result.gguf_bytes, result.gguf_type = out / GGUF_DIR / gguf_path.name, info.bytes, info.tensor_type
+        result.gguf, result.gguf_bytes, result.gguf_type = out / GGUF_DIR / info.path.name, info.bytes, info.tensor_type
         result.folder_bytes -= info.bytes
     result.seconds = time.perf_counter() - t0 - t_check
     if before is not None:
@@ -232,7 +258,8 @@ def compare_heldout(
     run_episodes: list[Any], out: Path, env: Any, cfg: LabConfig, limit: int | None = None
 ) -> HeldoutCheck:
     """Evaluate the exported folder greedily and compare it with the run policy's held-out episodes."""
-    from grpolab.engine.evaluate import evaluate, summarize
+    from grpolab.engine.evaluate import evaluate
+    from grpolab.metrics import heldout_summary
 
     t0 = time.perf_counter()
     model, tokenizer = load_exported(out)
@@ -242,7 +269,7 @@ def compare_heldout(
     return HeldoutCheck(
         n=len(pairs),
         identical=len(pairs) - len(differing),
-        run_success=summarize(run_episodes)["heldout/success"],
+        run_success=heldout_summary(run_episodes)["heldout/success"],
         export_success=summary["heldout/success"],
         differing=differing,
         seconds=time.perf_counter() - t0,

@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from grpolab.cli.options import ConfigOpt, EnvOpt, JsonOpt, ModelOpt, SeedOpt, console, err_console, print_json
+from grpolab.cli.options import (
+    ConfigOpt,
+    EnvOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    console,
+    err_console,
+    finite,
+    print_json,
+    writing_to,
+)
 from grpolab.errors import UserError
 
 if TYPE_CHECKING:
@@ -47,7 +58,8 @@ def export_model(
     from grpolab.agent.gguf import GGUFType
 
     kind: GGUFType = gguf_type  # type: ignore[assignment]  # export_run rejects other values with a UserError
-    result = export_run(run, out, gguf=gguf, gguf_type=kind, check=check, check_limit=limit)
+    with writing_to(out, "--out"):
+        result = export_run(run, out, gguf=gguf, gguf_type=kind, check=check, check_limit=limit)
     if json:
         print_json(result.to_json())
     else:
@@ -79,7 +91,7 @@ def chat(
     ] = None,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Per question.")] = None,
     max_turns: Annotated[int | None, typer.Option("--max-turns", min=1, help="Tool calls per question.")] = None,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, callback=finite, help="0 = greedy.")] = 0.0,
     history: Annotated[bool, typer.Option("--history", help="Keep earlier questions in the context.")] = False,
     json: JsonOpt = False,
 ) -> None:
