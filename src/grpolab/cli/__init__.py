@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from grpolab.cli import agent as cli_agent
 from grpolab.cli import export as cli_export
 from grpolab.cli import lab as cli_lab
 from grpolab.cli import sim as cli_sim
@@ -45,6 +46,7 @@ cli_trust.register(app)
 cli_sim.register(app)
 cli_export.register(app)
 cli_lab.register(app)
+cli_agent.register(app)
 
 
 @app.command()
