@@ -71,7 +71,7 @@ def test_batched_rollout_equals_one_episode_at_a_time(tiny, finance):
     tasks = [finance.task("pct_change-ACME-Q3"), finance.task("eps_surprise-ACME-Q2")]  # prompts of two lengths
     settings = rollout.sampling_settings(cfg, greedy=True)
     batched = rollout.run_episodes(model, tok, finance, tasks, 2, settings)
-    turns = rollout._Turns(tok, finance, settings)
+    turns = rollout.TurnRules(tok, finance, settings)
     for e in batched:
         alone = rollout.Episode(e.task, e.group, rollout.prompt_ids(tok, finance, e.task))
         with torch.no_grad():
@@ -176,7 +176,7 @@ def test_batched_rollout_with_tool_turns_equals_one_episode_at_a_time(tiny, fina
     choose = _scripted({tid: ids for tid, (_, ids, _) in refs.items()})
     settings = rollout.sampling_settings(cfg, max_new_tokens=400, max_turns=3)
     batched = rollout.run_episodes(model, tok, finance, tasks, 2, settings, choose=choose)
-    turns = rollout._Turns(tok, finance, settings)
+    turns = rollout.TurnRules(tok, finance, settings)
     for e in batched:
         _, ids, mask = refs[e.task.id]
         assert e.completion_ids == ids and e.mask == mask and e.stop_reason == "eos"  # spliced exactly
@@ -194,3 +194,25 @@ def test_unwritten_cache_columns_are_zero_not_stale_memory(tiny):
     kv = FastDecoder(model).new_cache(3)
     kv.reserve(500)
     assert all(bool((k == 0).all()) and bool((v == 0).all()) for k, v in zip(kv.keys, kv.values))
+
+
+def test_sampling_draws_from_the_softmax_at_the_temperature():
+    """Inverse-CDF sampling (one uniform per row) has the distribution of softmax(logits / T), top-p applied."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 20) * 2
+    generator = torch.Generator().manual_seed(1)
+    for temperature, top_p in ((1.0, 1.0), (0.7, 1.0), (1.0, 0.8)):
+        settings = rollout.SamplingSettings(10, 1, temperature, top_p)
+        counts = torch.zeros(4, 20)
+        for _ in range(4000):
+            ids, logp = rollout.sample_next(logits, settings, generator)
+            counts[torch.arange(4), ids] += 1
+        probs = torch.softmax(logits / temperature, -1)
+        if top_p < 1:
+            sorted_p, idx = probs.sort(-1, descending=True)
+            keep = sorted_p.cumsum(-1) - sorted_p < top_p
+            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
+            probs = probs / probs.sum(-1, keepdim=True)
+            assert counts[probs == 0].sum() == 0  # nothing outside the nucleus
+        assert (counts / 4000 - probs).abs().max() < 0.03
+        assert torch.allclose(logp, torch.log_softmax(logits / temperature, -1).gather(-1, ids[:, None]).squeeze(-1))

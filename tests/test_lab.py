@@ -398,6 +398,11 @@ def test_the_page_in_chromium(lab_url, runs_root, tmp_path):
         assert "verified" in page.locator("#episode").inner_text()
         page.screenshot(path=str(ARTIFACTS / "lab-run.png"), full_page=True)
 
+        # try the trained agent: a question through the run's latest checkpoint, with the real tools
+        page.locator("#try-question textarea").fill("By what percent did ACME stock change in Q3?")
+        page.locator("#try-ask").click()
+        page.locator("#try-answer").get_by_text("answer:").wait_for(timeout=120_000)
+
         # the TRL script downloads
         page.locator("#trl-script").wait_for(timeout=60_000)
         with page.expect_download(timeout=60_000) as dl:
@@ -415,3 +420,13 @@ def test_the_page_in_chromium(lab_url, runs_root, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "lab-malformed.png"))
         browser.close()
     assert errors == [], errors
+
+
+def test_the_try_it_box_answers_through_the_runs_agent(runs_root):
+    from grpolab.lab.app import try_view
+
+    html = try_view(runs_root, "tiny", "By what percent did ACME stock change in Q3?")
+    assert "answer:" in html and "stop:" in html
+    assert "Pick a run" in try_view(runs_root, None, "q")
+    assert "1 to 500 characters" in try_view(runs_root, "tiny", "x" * 501)
+    assert "lab-error" in try_view(runs_root, "../outside", "q")

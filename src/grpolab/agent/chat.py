@@ -2,7 +2,7 @@
 
 `ChatSession.send(question)` is a generator of `ChatEvent`s, so a terminal (`grpolab chat`) and a web box can both
 render an episode while it is being generated. Each question runs through the rollout's own turn logic
-(`grpolab.engine.rollout._Turns` with the run's episode format, inline or chat_template): the same prompt, the same
+(`grpolab.engine.rollout.TurnRules` with the run's episode format, inline or chat_template): the same prompt, the same
 stop rules (end of turn, end of call, the token budget, the tool-call limit), the same tool execution and the same
 splicing of the response tokens. So a greedy chat answer to a held-out prompt is that task's greedy held-out
 episode, and events are read off the canonical inline transcript the rewards score, whatever the format.
@@ -166,11 +166,11 @@ class ChatSession:
 
     def _rules(self) -> Any:
         """The rollout's turn logic (stops, call detection, tool execution, splicing) for the current settings."""
-        from grpolab.engine.rollout import _Turns
+        from grpolab.engine.rollout import TurnRules
 
         if self.settings.keep_history and self.settings.format != "inline":
             raise UserError("keep_history works with rollout.format = inline only", "ask each question on its own")
-        return _Turns(self.tokenizer, self.env, self.settings.sampling())
+        return TurnRules(self.tokenizer, self.env, self.settings.sampling())
 
     def _prompt_ids(self, task: Task) -> list[int]:
         if not self.history:

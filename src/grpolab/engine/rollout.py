@@ -108,11 +108,15 @@ def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator 
             sorted_p, idx = probs.sort(dim=-1, descending=True)
             keep = sorted_p.cumsum(-1) - sorted_p < s.top_p
             probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
-        ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        # inverse-CDF sampling: one uniform per row (torch.multinomial took 20 ms for 16 x 49,152 on this CPU, as
+        # much as a third of a decode step; this takes under 1 ms and draws from the same distribution)
+        cdf = probs.cumsum(-1)  # (R, V)
+        u = torch.rand((len(cdf), 1), generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
+        ids = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 
 
-class _Turns:
+class TurnRules:
     """What happens after each sampled token: stop, go on, or run the tool call the token just closed."""
 
     def __init__(self, tokenizer: Any, env: Environment, s: SamplingSettings, phases: Phases = NO_PHASES):
@@ -189,7 +193,7 @@ class _Turns:
         return ids
 
 
-def _suppress_stops(logits: Tensor, episodes: list[Episode], turns: _Turns, s: SamplingSettings) -> None:
+def _suppress_stops(logits: Tensor, episodes: list[Episode], turns: TurnRules, s: SamplingSettings) -> None:
     short = [i for i, e in enumerate(episodes) if e.n_policy_tokens < s.min_new_tokens]
     if short:
         rows = torch.tensor(short, device=logits.device)[:, None]
@@ -212,7 +216,7 @@ def run_episodes(
 
     `choose` picks the live episodes' next tokens from their logits (default: `sample_next` with `s`); forced
     decoding (teacher forcing a known transcript through the engine, as the tests do) passes its own."""
-    turns = _Turns(tokenizer, env, s, phases)
+    turns = TurnRules(tokenizer, env, s, phases)
     prompts = [turns.fmt.prompt_ids(env, t) for t in tasks]
     episodes = [Episode(t, g, p) for g, (t, p) in enumerate(zip(tasks, prompts)) for _ in range(group_size)]
     if supports(model):
@@ -230,7 +234,7 @@ def _decode_batched(
     episodes: list[Episode],
     prompts: list[list[int]],
     group_size: int,
-    turns: _Turns,
+    turns: TurnRules,
     s: SamplingSettings,
     generator: torch.Generator | None,
     phases: Phases,
@@ -281,7 +285,7 @@ def _decode_batched(
 def _decode_one(
     model: Any,
     e: Episode,
-    turns: _Turns,
+    turns: TurnRules,
     s: SamplingSettings,
     generator: torch.Generator | None,
     choose: Choose | None = None,

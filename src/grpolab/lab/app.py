@@ -190,6 +190,39 @@ def episode_view(root: Path, name: str | None, task_id: str | None, index: float
     return f"<div>iteration: <b>{label}</b></div>" + views.episode_pair(v, task_id, label)
 
 
+MAX_QUESTION = 500
+"""Characters of a question typed into the "try it" box."""
+
+
+@lru_cache(maxsize=2)
+def _agent(path: Path, checkpoint: Path) -> Any:
+    """A run's agent at one checkpoint (loaded once: a few seconds; a newer checkpoint loads again)."""
+    from grpolab.agent.chat import ChatSession
+
+    return ChatSession.from_run(path)
+
+
+def try_view(root: Path, name: str | None, question: str) -> str:
+    """Ask the selected run's agent: it thinks, calls the real tools and answers, turn by turn."""
+    try:
+        path = _resolve(root, name)
+    except UserError as exc:
+        return views.message(str(exc), "error")
+    if path is None:
+        return views.message("Pick a run first.")
+    question = (question or "").strip()
+    if not question or len(question) > MAX_QUESTION:
+        return views.message(f"Type a question of 1 to {MAX_QUESTION} characters.", "warn")
+    checkpoints = RunDir(path).checkpoints()
+    if not checkpoints:
+        return views.message("This run has no checkpoint yet.", "warn")
+    try:
+        events = list(_agent(path, checkpoints[-1][1]).send(question))
+    except UserError as exc:
+        return views.message(str(exc), "error")
+    return views.chat_html(events)
+
+
 def start_view(root: Path, limits: LabLimits, name: str, *values: Any) -> tuple[str, Any]:
     """Start a training job from the form: (message, run picker update)."""
     try:
@@ -289,6 +322,14 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
             iteration = gr.Slider(0, 1, value=0, step=1, label="iteration (evaluation index)", elem_id="episode-iter")
         episode = gr.HTML(elem_id="episode")
 
+        gr.Markdown("## Try the trained agent (the selected run's latest checkpoint, real tools)")
+        with gr.Row():
+            question = gr.Textbox(
+                label="question", placeholder="By what percent did ACME stock change in Q3?", elem_id="try-question"
+            )
+            ask = gr.Button("ask", elem_id="try-ask")
+        answer = gr.HTML(elem_id="try-answer")
+
         gr.Markdown("## Preflight: gameability probes (current weights)")
         probes = gr.HTML(elem_id="probes")
 
@@ -346,6 +387,8 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
 
         start_btn.click(start_run, [new_name, *cfg_inputs, steps, sft_steps], [job_msg, run_name])
         stop_btn.click(lambda n: stop_view(root, n), [run_name], [job_msg])
+        ask.click(lambda n, q: try_view(root, n, q), [run_name, question], [answer])
+        question.submit(lambda n, q: try_view(root, n, q), [run_name, question], [answer])
 
         page.load(simulate_view, sim_inputs, [cards, chart, probes])
         page.load(export, export_inputs, [script, download])

@@ -7,6 +7,7 @@ a malformed run dir becomes a message, never a stack trace on the page.
 from __future__ import annotations
 
 import html
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,3 +227,27 @@ def run_summary(view: RunView) -> str:
     ]
     alarm_html = "".join(message(a, "error") for a in alarms)
     return f"<p>{status}</p>{problems}{alarm_html}{table}"
+
+
+def chat_html(events: list[Any]) -> str:
+    """A `grpolab.agent.ChatSession` answer, turn by turn: thoughts, real tool calls and responses, the answer."""
+    out = []
+    for e in events:
+        if e.kind == "thought":
+            out.append(f"<div class='traj'><span class='tag'>thought</span> {html.escape(e.text)}</div>")
+        elif e.kind == "text" and e.text.strip():
+            out.append(f"<div class='traj'>{html.escape(e.text)}</div>")
+        elif e.kind == "tool_call":
+            call = json.dumps({"name": e.name, "arguments": e.arguments}) if e.arguments is not None else e.text
+            out.append(f"<div class='traj'><span class='tag'>tool_call</span> <code>{html.escape(call)}</code></div>")
+        elif e.kind == "tool_response":
+            body = html.escape(json.dumps(e.response))
+            out.append(
+                f"<div class='traj'><span class='tag'>tool_response ({html.escape(str(e.name))})</span> "
+                f"<code>{body}</code> <small>(real output)</small></div>"
+            )
+        elif e.kind == "answer":
+            out.append(f"<div class='traj'><b>answer:</b> {html.escape(e.text)} <small>(stop: {e.stop})</small></div>")
+        elif e.kind == "error":
+            out.append(message(e.text, "error"))
+    return "".join(out) or message("No answer.")
