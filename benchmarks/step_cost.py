@@ -11,8 +11,8 @@ not counted. Results: benchmarks/results/step_cost.json (README table via readme
 FLOPs: 2 x (non-embedding parameters) per token through the body, plus 2 x hidden x vocab per token that reaches
 the LM head (the engine skips it for tool output and padding), plus attention (4 x layers x hidden x context per
 token); a training token costs forward + backward with respect to activations (2 + 2 of those), plus one head
-recompute. Decode is bounded by reading the weights once per step (bytes / bandwidth) or by its FLOPs, whichever
-is larger: that maximum is the bound the decode fraction is measured against.
+recompute. Decode is bounded by reading the weights and every live row's KV cache once per step (bytes / read
+bandwidth) or by its FLOPs, whichever is larger: that maximum is the bound the decode fraction is measured against.
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ class Shape:
         self.body = sum(p.numel() for n, p in lm.named_parameters() if "embed_tokens" not in n and "lm_head" not in n)
         self.head = self.hidden * self.vocab
         self.weight_bytes = (self.body + embed) * 4  # fp32; the tied head is the embedding, read once per step
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or self.hidden // cfg.num_attention_heads
+        self.kv_bytes_per_token = self.layers * 2 * kv_heads * head_dim * 4  # keys and values, fp32
 
     def forward(self, tokens: float, head_tokens: float, context: float) -> float:
         return 2 * self.body * tokens + 2 * self.head * head_tokens + 4 * self.layers * self.hidden * context
@@ -104,7 +107,7 @@ def phase_rows(m: dict[str, float], episodes: list[Any], shape: Shape, peak: flo
     rows.append(row("prompt prefill", s("prefill"), f"{prefill_tokens:.0f} tokens", prefill_flops))
     steps, toks, ctx = w("decode", "steps"), w("decode", "tokens"), w("decode", "context")
     decode_flops = shape.forward(toks, toks, ctx)
-    decode_bytes = steps * shape.weight_bytes
+    decode_bytes = steps * shape.weight_bytes + ctx * shape.kv_bytes_per_token  # weights once, the KV cache once
     bound = max(decode_bytes / (bw * 1e9), decode_flops / (peak * 1e9))
     work = f"{steps:.0f} steps, {toks:.0f} tokens (mean batch {toks / max(steps, 1):.1f})"
     rows.append(row("decode", s("decode"), work, decode_flops, decode_bytes, bound))
