@@ -1,11 +1,13 @@
 """Does GRPO do the work? Arms at matched CPU time, several seeds, bootstrap confidence intervals.
 
     .venv/bin/python benchmarks/learning.py [--seeds 0 1 2] [--config src/grpolab/configs/demo.toml]
-                                            [--eval-limit 48] [--full-sft-steps 40] [--arms ...]
+                                            [--eval-limit 40] [--steps N] [--full-sft-steps 40] [--arms ...]
 
 Every arm runs the real pipeline (`grpolab.engine.loop.train`) on the embedded SmolLM2-135M-Instruct (fp32) with the
-demo config (finance, all task kinds), and is evaluated greedily on the same `--eval-limit` held-out tasks (a fixed
-shuffle mixing every kind; companies never seen in training) with the strict verifier. Per seed:
+given config (default: the demo's, finance pct_change), `--steps` GRPO steps (default: the config's), and is
+evaluated greedily on the same `--eval-limit` held-out tasks (a fixed shuffle mixing the config's task kinds;
+companies never seen in training) with the strict verifier. A run directory that already holds a finished run of
+the same settings is read, not re-run (`--fresh` re-runs it), so an interrupted benchmark resumes. Per seed:
 - seeded+grpo: the demo's short SFT seeding, then its GRPO steps;
 - sft-matched: the same seeding, then SFT continued for as long as that run's GRPO steps took (CPU time matched:
   extra SFT steps = GRPO seconds / seconds per SFT step, both measured in the seeded+grpo run);
@@ -37,20 +39,26 @@ ARMS = ("seeded+grpo", "sft-matched", "full-sft+grpo", "seeded+grpo-int8")
 BOOTSTRAP = 2000
 
 
-def run_arm(config: Path, out: Path, overrides: dict[str, Any]) -> dict[str, Any]:
+def run_arm(config: Path, out: Path, overrides: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
     from grpolab.engine.loop import train
 
-    if out.exists():
-        shutil.rmtree(out)
     cfg = load_config(config, overrides)
-    start = time.perf_counter()
-    train(cfg, out, quiet=True)
+    done = out / "benchmark.json"
+    if not fresh and done.is_file() and json.loads(done.read_text()).get("overrides") == overrides:
+        minutes = json.loads(done.read_text())["minutes"]
+    else:
+        if out.exists():
+            shutil.rmtree(out)
+        start = time.perf_counter()
+        train(cfg, out, quiet=True)
+        minutes = (time.perf_counter() - start) / 60
+        done.write_text(json.dumps({"overrides": overrides, "minutes": minutes}))
     run = RunDir(out)
     last = run.eval_labels()[-1]
     metrics = run.metrics()
     sft = run.artifact("sft.json") or {}
     return {
-        "minutes": (time.perf_counter() - start) / 60,
+        "minutes": minutes,
         "grpo_seconds": sum(m.get("perf/step_s", 0.0) for m in metrics),
         "sft_seconds": sft.get("seconds", 0.0),
         "sft_steps": len(sft.get("loss", [])),
@@ -87,16 +95,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--config", type=Path, default=DEMO)
-    ap.add_argument("--eval-limit", type=int, default=48)
+    ap.add_argument("--eval-limit", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the config's)")
+    ap.add_argument("--fresh", action="store_true", help="re-run arms whose finished run directory exists")
     ap.add_argument("--full-sft-steps", type=int, default=40)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--out", type=Path, default=Path("runs/learning"))
     args = ap.parse_args()
     base_cfg = load_config(args.config)
-    common = {"train.eval_limit": args.eval_limit, "train.eval_every": 0, "train.checkpoint_every": 1000}
+    common: dict[str, Any] = {
+        "train.eval_limit": args.eval_limit,
+        "train.eval_every": 0,
+        "train.checkpoint_every": 1000,
+    }
+    if args.steps is not None:
+        common["train.steps"] = args.steps
     arms: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
     for seed in args.seeds:
-        seeded = run_arm(args.config, args.out / f"seeded-grpo-{seed}", {**common, "seed": seed})
+        seeded = run_arm(args.config, args.out / f"seeded-grpo-{seed}", {**common, "seed": seed}, args.fresh)
         if "seeded+grpo" in arms:
             arms["seeded+grpo"][seed] = seeded
         if "sft-matched" in arms:
@@ -107,14 +123,18 @@ def main() -> None:
                 args.config,
                 args.out / f"sft-matched-{seed}",
                 {**common, "seed": seed, "train.sft_steps": sft_steps, "train.steps": 0},
+                args.fresh,
             )
             arms["sft-matched"][seed]["matched_sft_steps"] = sft_steps
         if "full-sft+grpo" in arms:
             overrides = {**common, "seed": seed, "train.sft_steps": args.full_sft_steps}
-            arms["full-sft+grpo"][seed] = run_arm(args.config, args.out / f"full-sft-grpo-{seed}", overrides)
+            arms["full-sft+grpo"][seed] = run_arm(
+                args.config, args.out / f"full-sft-grpo-{seed}", overrides, args.fresh
+            )
         if "seeded+grpo-int8" in arms:
             overrides = {**common, "seed": seed, "rollout.engine": "int8"}
-            arms["seeded+grpo-int8"][seed] = run_arm(args.config, args.out / f"seeded-grpo-int8-{seed}", overrides)
+            out = args.out / f"seeded-grpo-int8-{seed}"
+            arms["seeded+grpo-int8"][seed] = run_arm(args.config, out, overrides, args.fresh)
         print(json.dumps({"seed": seed, **{a: r[seed]["after"].get("heldout/success") for a, r in arms.items()}}))
     rng = random.Random(0)
     summary: dict[str, Any] = {}
@@ -148,9 +168,14 @@ def main() -> None:
         result["matched_sft_steps"] = [arms["sft-matched"][s]["matched_sft_steps"] for s in args.seeds]
     result["curves"] = {arm: {s: runs[s]["curves"] for s in args.seeds} for arm, runs in arms.items()}
     result["date"] = time.strftime("%Y-%m-%d")
-    result["command"] = "python benchmarks/learning.py " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
-    )
+    flags = []
+    for key, value in vars(args).items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif value not in (None, False):
+            flags.append(f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}")
+    result["command"] = "python benchmarks/learning.py " + " ".join(flags)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "learning.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     plot(result, RESULTS / "learning.png")

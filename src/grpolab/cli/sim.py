@@ -24,7 +24,7 @@ from grpolab.cli.options import (
 )
 from grpolab.config import field_doc
 from grpolab.errors import UserError
-from grpolab.trust.simulate import SimSettings
+from grpolab.trust.simulate import DEFAULT_KL_SCALE, DEFAULT_LR, SimSettings
 
 MAX_SIM_STEPS = 10_000
 MAX_SIM_RUNS = 256
@@ -36,12 +36,13 @@ def register(app: typer.Typer) -> None:
 
 
 def calibration_rows(path: Path) -> list[dict[str, Any]]:
-    """Scored episode rows from a run dir (eval/0.jsonl, else step-1 episodes) or a `check --save` JSON file."""
+    """Scored episode rows from a run dir (the first GRPO step's episodes: samples of the policy GRPO starts from;
+    else the greedy eval/0.jsonl) or a `check --save` JSON file."""
     from grpolab.rundir import RunDir
 
     if path.is_dir():
         run = RunDir(path)
-        rows = run.eval_rows("0") or [r for r in run.episodes() if r.get("step") == 1]
+        rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
     elif path.exists():
         from grpolab.files import MAX_DATA_BYTES, read_user_file
 
@@ -97,7 +98,7 @@ def simulate(
     beta: Annotated[
         float | None, typer.Option("--beta", callback=finite, help=f"{field_doc('grpo.beta')} (grpo.beta)")
     ] = None,
-    lr: Annotated[float, typer.Option("--lr", callback=positive_finite, help=SimSettings.LR_DOC)] = 0.5,
+    lr: Annotated[float, typer.Option("--lr", callback=positive_finite, help=SimSettings.LR_DOC)] = DEFAULT_LR,
     calibrate: Annotated[
         Path | None, typer.Option("--calibrate", help="Run dir or check report: initial class mix.")
     ] = None,
@@ -111,7 +112,9 @@ def simulate(
     from grpolab.trust.simulate import DEFAULT_PRIOR, fit_lr, measure_profiles, prior_from_rows, sim_to_real
     from grpolab.trust.simulate import simulate as run_sim
 
-    cfg = resolve_config(config, env, seed=seed, weights=weights, grpo__beta=beta)
+    # compared with a real run, the simulation follows that run's config unless a file or flag says otherwise
+    base = RunDir(real).read_config() if real is not None and config is None else None
+    cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, grpo__beta=beta)
     source = calibrate or real
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR
     profiles = measure_profiles(env_for(cfg), default_token_counter(), cfg.reward.length_unit)
@@ -123,8 +126,18 @@ def simulate(
             raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
         result["sim_to_real"] = sim_to_real(result, real_rows)
         settings = SimSettings(cfg, steps=max(r["step"] for r in real_rows), runs=runs, lr=lr)
-        fitted_lr, fitted_gap = fit_lr(profiles, prior, settings, real_rows)
-        result["sim_to_real_fitted"] = {"lr": fitted_lr, "gap": fitted_gap}
+        fit = fit_lr(profiles, prior, settings, real_rows)
+        last = max(real_rows, key=lambda r: r["step"])
+        at_last = {row["step"]: row for row in result["iterations"]}.get(last["step"])
+        result["sim_to_real_fitted"] = {k: v for k, v in fit.items() if k != "iterations"}
+        result["sim_to_real_last_step"] = {
+            "step": last["step"],
+            **{
+                key: {"sim": at_last[key] if at_last else None, "real": last.get(key)}
+                for key in ("reward/mean", "kl", "tool_call_prob", "success")
+            },
+        }
+        result["real_prior"] = prior
     if json:
         print_json(result)
         return
@@ -141,5 +154,16 @@ def simulate(
     if "sim_to_real" in result:
         gap = {k: round(v, 3) for k, v in result["sim_to_real"].items()}
         fit = result["sim_to_real_fitted"]
-        console.print(f"sim-to-real gap (mean |sim - real| per step) at lr={lr}: {gap}")
-        console.print(f"best-fitting lr={fit['lr']:.3g}: gap { ({k: round(v, 3) for k, v in fit['gap'].items()}) }")
+        console.print(
+            f"sim-to-real gap (mean |sim - real| per step) at lr={lr}, kl_scale={DEFAULT_KL_SCALE:.3g}: {gap}"
+        )
+        last = result["sim_to_real_last_step"]
+        if all(last[k]["sim"] is not None and last[k]["real"] is not None for k in ("kl", "success")):
+            console.print(
+                f"at step {last['step']}: kl sim {last['kl']['sim']:.4f} vs real {last['kl']['real']:.4f}, "
+                f"success sim {last['success']['sim']:.0%} vs real {last['success']['real']:.0%}"
+            )
+        console.print(
+            f"best fit: lr={fit['lr']:.3g}, kl_scale={fit['kl_scale']:.3g}: gap "
+            f"{ ({k: round(v, 3) for k, v in fit['gap'].items()}) }"
+        )

@@ -21,7 +21,7 @@ from grpolab.cli.options import (
     print_json,
     resolve_config,
 )
-from grpolab.config import field_doc
+from grpolab.config import DEMO_CONFIG, field_doc
 from grpolab.errors import UserError
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]
@@ -129,7 +129,7 @@ def demo(
     score after it, with the convergence of the real run (reward, KL, tool-token mass per step)."""
     from grpolab.engine.loop import train as run_training
 
-    cfg = resolve_config(config or _demo_config(), seed=seed, train__steps=steps)
+    cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
     if out.exists() and (out / "metrics.jsonl").exists():
         out = out.with_name(f"{out.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
@@ -176,9 +176,3 @@ def convergence_lines(rows: list[dict]) -> list[str]:
 
 def _cell(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
-
-
-def _demo_config() -> Path:
-    import grpolab
-
-    return Path(grpolab.__file__).parent / "configs" / "demo.toml"

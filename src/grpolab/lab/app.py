@@ -23,7 +23,7 @@ from typing import Any
 
 import gradio as gr
 
-from grpolab.config import LabConfig, field_doc, load_config
+from grpolab.config import DEMO_CONFIG, LabConfig, field_doc, load_config
 from grpolab.envs import env_for, env_names
 from grpolab.errors import UserError
 from grpolab.lab import jobs, views
@@ -34,7 +34,7 @@ from grpolab.models import default_token_counter
 from grpolab.report.trajectories import CSS as TRAJECTORY_CSS
 from grpolab.rewards.components import COMPONENTS, standard_names
 from grpolab.rundir import RunDir
-from grpolab.trust.simulate import SimSettings
+from grpolab.trust.simulate import DEFAULT_LR, SimSettings
 
 CSS = (
     """
@@ -71,7 +71,9 @@ def _config(env: str, model: str, *values: Any) -> LabConfig:
     }
     if rest:
         overrides.update({"train.steps": int(rest[0]), "train.sft_steps": int(rest[1])})
-    cfg = load_config(None, overrides)
+    # what the form does not show comes from the demo's config when the form is on the demo's environment
+    demo = load_config(DEMO_CONFIG)
+    cfg = load_config(None, overrides, base=demo if env == demo.env else None)
     check_settings(cfg)  # the browser bounds the controls; a request can carry anything
     return cfg
 
@@ -250,7 +252,7 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
     limits = limits or LabLimits()
     exports = workdir / "exports"
     exports.mkdir(parents=True, exist_ok=True)
-    d = LabConfig()
+    d = load_config(DEMO_CONFIG)  # the form starts as the demo (the simulator is calibrated on its run)
     with gr.Blocks(title="grpolab: Open-Weight Agent RL Lab") as page:
         gr.Markdown(
             "# Open-Weight Agent RL Lab: Policy & Reward Simulator\nReward config and GRPO settings on the "
@@ -285,8 +287,10 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
                 lr = gr.Number(
                     d.grpo.learning_rate, label="learning rate (real runs)", info=field_doc("grpo.learning_rate")
                 )
-                sim_lr = gr.Slider(0.05, 2, value=0.5, step=0.05, label="simulator step size", info=SimSettings.LR_DOC)
-                sim_steps = gr.Slider(10, 300, value=100, step=10, label="simulated iterations")
+                sim_lr = gr.Slider(
+                    0.01, 2, value=DEFAULT_LR, step=0.01, label="simulator step size", info=SimSettings.LR_DOC
+                )
+                sim_steps = gr.Slider(10, 300, value=d.train.steps, step=10, label="simulated iterations")
             with gr.Column(scale=3):
                 cards = gr.HTML(elem_id="sim-cards")
                 chart = gr.HTML(elem_id="sim-chart")

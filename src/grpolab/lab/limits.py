@@ -43,7 +43,7 @@ BOUNDS = {
     "grpo.epsilon": Bound(0.05, 0.5),
     "reward.weights": Bound(-100, 100),
     "simulator.steps": Bound(10, 300),
-    "simulator.lr": Bound(0.05, 2),
+    "simulator.lr": Bound(0.01, 2),
 }
 """Every setting the page sends, bounded as its control is (steps: a CPU lab trains tens, not thousands)."""
 

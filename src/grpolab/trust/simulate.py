@@ -37,15 +37,26 @@ CALL_CLASSES = {"wrong_result_call", "grounded_correct", "call_no_answer", "verb
 HACK_CLASSES = {"dummy_tags", "call_no_answer"}
 """Classes that can score without solving the task."""
 DEFAULT_PRIOR = {
-    "free_text_guess": 0.80,
-    "malformed_call": 0.05,
-    "wrong_result_call": 0.04,
-    "grounded_correct": 0.01,
-    "dummy_tags": 0.05,
-    "call_no_answer": 0.03,
-    "verbose_correct": 0.02,
+    "free_text_guess": 0.07,
+    "malformed_call": 0.20,
+    "wrong_result_call": 0.20,
+    "grounded_correct": 0.07,
+    "dummy_tags": 0.07,
+    "call_no_answer": 0.32,
+    "verbose_correct": 0.07,
 }
-"""Used when no real episodes are given: the shape measured on SmolLM2-135M (mostly free text, rare calls)."""
+"""Used when no real episodes are given: the class mix of the demo's first GRPO step (16 samples of SmolLM2-135M
+after the demo's 10 SFT seeding steps, smoothed by 0.5 per class; `grpolab simulate --real runs/demo` measures it).
+The base model alone is almost all free_text_guess, which GRPO cannot move (no call ever samples)."""
+
+
+DEFAULT_LR = 0.3
+"""The step size fitted to the real demo run (`grpolab simulate --real runs/demo` prints the best-fitting one)."""
+DEFAULT_KL_SCALE = 101.0
+"""A class policy sees only which kind of episode is sampled, not the wording inside it, so its KL is a lower bound
+of the real per-token KL. The real policy also drifts within each class; this factor (real per-token KL / the class
+policy's, fitted on the real demo run by `grpolab simulate --real runs/demo`) puts the simulated KL in the units
+and the size the trainer logs."""
 
 
 @dataclass
@@ -125,7 +136,9 @@ class SimSettings:
     """Simulated GRPO iterations."""
     runs: int = 16
     """Seeded runs averaged (band = 10-90%)."""
-    lr: float = 0.5  # documented in LR_DOC (the web lab shows it beside the slider)
+    lr: float = DEFAULT_LR  # documented in LR_DOC (the web lab shows it beside the slider)
+    kl_scale: float = DEFAULT_KL_SCALE
+    """Per-token KL of the real policy per unit of class-level KL (see DEFAULT_KL_SCALE)."""
 
     LR_DOC: ClassVar[str] = "Step size on the class logits (simulator units, not the LoRA learning rate)."
 
@@ -200,7 +213,8 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     # the trainer's units: a mean per-token k3 estimate, so the class-level (per-episode) KL is spread over the
     # episode's generated tokens; coarse-graining episodes into classes can only underestimate the sequence KL
     tokens = np.array([profiles[c].tokens for c in CLASSES])
-    curves["kl"] = (history * (np.log(history) - log_p0)).sum(-1) / np.maximum(history @ tokens, 1.0)
+    class_kl = (history * (np.log(history) - log_p0)).sum(-1) / np.maximum(history @ tokens, 1.0)
+    curves["kl"] = s.kl_scale * class_kl
     curves["tool_call_prob"] = history @ call
     # the class policy's probability of starting with a call: the simulator's counterpart of tool_token_mass
     curves["tool_token_mass"] = history @ call
@@ -231,7 +245,14 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
             }
             for i, c in enumerate(CLASSES)
         },
-        "settings": {"steps": s.steps, "runs": s.runs, "lr": s.lr, "weights": weights, "beta": beta},
+        "settings": {
+            "steps": s.steps,
+            "runs": s.runs,
+            "lr": s.lr,
+            "kl_scale": s.kl_scale,
+            "weights": weights,
+            "beta": beta,
+        },
         "iterations": iterations,
         "warnings": warnings(iterations, {c: float(final[i]) for i, c in enumerate(CLASSES)}),
     }
@@ -265,15 +286,27 @@ def sim_to_real(sim: dict[str, Any], real_rows: list[dict[str, Any]]) -> dict[st
 
 def fit_lr(
     profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimSettings, real_rows: list[dict[str, Any]]
-) -> tuple[float, dict[str, float]]:
-    """The simulator step size that best matches a real run (summed sim-to-real gap over a log grid)."""
+) -> dict[str, Any]:
+    """The simulator step size and KL scale that best match a real run: for each step size on a log grid, the KL
+    scale is the ratio of summed real to summed class-level KL; the best pair has the smallest summed relative gap
+    (mean |sim - real| / mean |real| per curve, so KL counts as much as success)."""
     from dataclasses import replace
 
-    best: tuple[float, float, dict[str, float]] | None = None
+    scales = {}
+    for key in ("reward/mean", "kl", "tool_call_prob", "success"):
+        values = [abs(r[key]) for r in real_rows if key in r]
+        scales[key] = max(float(np.mean(values)), 1e-6) if values else 1.0
+    real_kl = sum(r.get("kl", 0.0) for r in real_rows)
+    best: tuple[float, dict[str, Any]] | None = None
     for lr in np.geomspace(0.003, 3.0, 25):
-        gaps = sim_to_real(simulate(profiles, prior, replace(s, lr=float(lr))), real_rows)
-        total = sum(gaps.values())
+        unscaled = simulate(profiles, prior, replace(s, lr=float(lr), kl_scale=1.0))
+        by_step = {row["step"]: row["kl"] for row in unscaled["iterations"]}
+        sim_kl = sum(by_step.get(r["step"], 0.0) for r in real_rows if "kl" in r)
+        kl_scale = real_kl / sim_kl if sim_kl > 0 and real_kl > 0 else 1.0
+        sim = simulate(profiles, prior, replace(s, lr=float(lr), kl_scale=kl_scale))
+        gaps = sim_to_real(sim, real_rows)
+        total = sum(v / scales[k] for k, v in gaps.items())
         if best is None or total < best[0]:
-            best = (total, float(lr), gaps)
+            best = (total, {"lr": float(lr), "kl_scale": kl_scale, "gap": gaps, "iterations": sim["iterations"]})
     assert best is not None
-    return best[1], best[2]
+    return best[1]
