@@ -28,8 +28,10 @@ test: setup
 	$(PY) -m pytest -q
 
 bench: setup
-	$(PY) benchmarks/step_cost.py
+	$(PY) benchmarks/step_cost.py --sft-steps 10
+	$(PY) benchmarks/step_cost.py --sft-steps 10 --engine int8
+	$(PY) benchmarks/vs_trl.py --rounds 2
+	$(PY) benchmarks/learning.py --steps 10
+	$(PY) benchmarks/seeding.py --steps 1 2 3 4 6 8 10 12 15
 	$(PY) benchmarks/sim_speed.py
-	$(PY) benchmarks/vs_trl.py
-	$(PY) benchmarks/learning.py
 	$(PY) benchmarks/readme_table.py

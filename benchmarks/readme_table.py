@@ -90,6 +90,16 @@ def _learning(lr: dict) -> list[str]:
     return rows
 
 
+def _seeding(sd: dict) -> str:
+    cells = ", ".join(
+        f"{r['sft_steps']}: {_pct(r['tool_call_prob'])} / {_pct(r['success'])}"
+        + (f" (seed {r['seed']})" if len({x["seed"] for x in sd["rows"]}) > 1 else "")
+        for r in sd["rows"]
+    )
+    title = f"SFT seeding: held-out tool_call_prob / success after k SFT steps ({sd['heldout_tasks']} tasks, greedy)"
+    return f"| {title} | {cells} | `{sd['command']}` | {sd['date']} |"
+
+
 def _bfcl_parity_row() -> str:
     p = _load("bfcl_parity")
     if not p:
@@ -119,6 +129,9 @@ def rows() -> list[str]:
     if v:
         model = v["setting"]["model"]
         out.append(f"| GRPO step, native vs TRL ({model}, fp32) | {_vs_trl(v)} | `{v['command']}` | {v['date']} |")
+    sd = _load("seeding")
+    if sd:
+        out.append(_seeding(sd))
     lr = _load("learning")
     if lr and "arms" in lr:
         out += _learning(lr)
