@@ -16,7 +16,7 @@ the same settings is read, not re-run (`--fresh` re-runs it), so an interrupted 
 Reported per arm: held-out success (overall and per task kind) and tool-call probability, each as the mean over
 seeds with a 95% bootstrap interval (resampling seeds, then tasks within each seed), the GRPO margin over the
 matched SFT-only arm (paired by seed and task) with its interval, wall minutes, and the training curves (reward, KL,
-tool-token mass per step). Writes benchmarks/results/learning.json and learning.png.
+tool-token mass per step). Writes benchmarks/results/NAME.json and NAME.png (`--results`, default learning).
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--full-sft-steps", type=int, default=40)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--out", type=Path, default=Path("runs/learning"))
+    ap.add_argument("--results", default="learning", help="name of the results files in benchmarks/results/")
     args = ap.parse_args()
     base_cfg = load_config(args.config)
     common: dict[str, Any] = {
@@ -177,8 +178,8 @@ def main() -> None:
             flags.append(f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}")
     result["command"] = "python benchmarks/learning.py " + " ".join(flags)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "learning.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    plot(result, RESULTS / "learning.png")
+    (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    plot(result, RESULTS / f"{args.results}.png")
     print(json.dumps({k: v for k, v in result.items() if k != "curves"}, indent=2, default=str))
 
 

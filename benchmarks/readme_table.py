@@ -132,9 +132,10 @@ def rows() -> list[str]:
     sd = _load("seeding")
     if sd:
         out.append(_seeding(sd))
-    lr = _load("learning")
-    if lr and "arms" in lr:
-        out += _learning(lr)
+    for name in ("learning", "learning_int8"):
+        lr = _load(name)
+        if lr and "arms" in lr:
+            out += _learning(lr)
     out.append(_bfcl_parity_row())
     r = _load("sim_speed")
     if r:
