@@ -172,6 +172,8 @@ def main() -> None:
     flags = []
     for key, value in vars(args).items():
         flag = "--" + key.replace("_", "-")
+        if isinstance(value, Path) and value.is_absolute() and value.is_relative_to(Path.cwd()):
+            value = value.relative_to(Path.cwd())
         if value is True:
             flags.append(flag)
         elif value not in (None, False):
@@ -198,8 +200,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
         lower = [p[0] - p[1] for p in points]
         upper = [p[2] - p[0] for p in points]
         ax.errorbar(range(len(arms)), [p[0] for p in points], yerr=[lower, upper], fmt="none", color="black")
-        seeded = statistics.mean(result["arms"][a][f"seeded_{metric}"] for a in arms)
-        ax.axhline(seeded, color="#c44e52", linestyle="--", label="after seeding")
+        # the seeded model GRPO starts from (an SFT-only arm's step-0 evaluation is after all of its SFT)
+        starts = [result["arms"][a][f"seeded_{metric}"] for a in arms if "grpo" in a]
+        if starts:
+            ax.axhline(statistics.mean(starts), color="#c44e52", linestyle="--", label="after seeding")
         ax.set_xticks(range(len(arms)), arms, rotation=20, fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_title(f"held-out {metric} ({result['heldout_tasks']} tasks, 95% CI)", fontsize=9)
