@@ -63,7 +63,7 @@ def _step_cost(r: dict) -> str:
         parts.append(f"{p['phase']} {p['seconds']:.1f} s{rate}")
     return (
         f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + f". Peaks measured in the same run: "
-        f"{r['matmul_gflops_fp32']:.0f} GFLOP/s fp32 matmul, {r['bandwidth_gbs']:.1f} GB/s copy; "
+        f"{r['matmul_gflops_fp32']:.0f} GFLOP/s fp32 matmul, {r['bandwidth_gbs']:.1f} GB/s read; "
         f"peak RSS {r['peak_rss_mb'] / 1024:.1f} GB"
     )
 
@@ -78,7 +78,8 @@ def _learning(lr: dict) -> list[str]:
         f" (after seeding: success {_pct(seeded['seeded_success'])}, tool calls "
         f"{_pct(seeded['seeded_tool_call_prob'])})"
     )
-    title = f"learning on finance, {len(lr['seeds'])} seeds x {lr['heldout_tasks']} held-out tasks, mean [95% CI]"
+    n = len(lr["seeds"])
+    title = f"learning on finance, {n} seed{'s' if n > 1 else ''} x {lr['heldout_tasks']} held-out tasks, mean [95% CI]"
     rows = [f"| {title} | {fig} | `{lr['command']}` | {lr['date']} |"]
     if "grpo_margin_over_matched_sft" in lr:
         m = lr["grpo_margin_over_matched_sft"]
