@@ -72,10 +72,16 @@ def _config(env: str, model: str, *values: Any) -> LabConfig:
     if rest:
         overrides.update({"train.steps": int(rest[0]), "train.sft_steps": int(rest[1])})
     # what the form does not show comes from the demo's config when the form is on the demo's environment
-    demo = load_config(DEMO_CONFIG)
+    demo = _demo_config()
     cfg = load_config(None, overrides, base=demo if env == demo.env else None)
     check_settings(cfg)  # the browser bounds the controls; a request can carry anything
     return cfg
+
+
+@lru_cache(maxsize=1)
+def _demo_config() -> LabConfig:
+    """The demo's config, read once (every slider move builds a config on it); callers only read it."""
+    return load_config(DEMO_CONFIG)
 
 
 FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowError)
@@ -252,7 +258,7 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
     limits = limits or LabLimits()
     exports = workdir / "exports"
     exports.mkdir(parents=True, exist_ok=True)
-    d = load_config(DEMO_CONFIG)  # the form starts as the demo (the simulator is calibrated on its run)
+    d = _demo_config()  # the form starts as the demo (the simulator is calibrated on its run)
     with gr.Blocks(title="grpolab: Open-Weight Agent RL Lab") as page:
         gr.Markdown(
             "# Open-Weight Agent RL Lab: Policy & Reward Simulator\nReward config and GRPO settings on the "
