@@ -119,17 +119,18 @@ def simulate(
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR
     profiles = measure_profiles(env_for(cfg), default_token_counter(), cfg.reward.length_unit)
     result = run_sim(profiles, prior, SimSettings(cfg, steps=steps, runs=runs, lr=lr))
-    result["prior_source"] = str(source) if source else "documented default (SmolLM2-135M base: mostly free text)"
+    result["prior_source"] = (
+        str(source) if source else "documented default (the demo's first GRPO step, after SFT seeding)"
+    )
     if real is not None:
         real_rows = _comparable(RunDir(real).metrics())
         if not real_rows:
             raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
         result["sim_to_real"] = sim_to_real(result, real_rows)
         settings = SimSettings(cfg, steps=max(r["step"] for r in real_rows), runs=runs, lr=lr)
-        fit = fit_lr(profiles, prior, settings, real_rows)
         last = max(real_rows, key=lambda r: r["step"])
         at_last = {row["step"]: row for row in result["iterations"]}.get(last["step"])
-        result["sim_to_real_fitted"] = {k: v for k, v in fit.items() if k != "iterations"}
+        result["sim_to_real_fitted"] = fit_lr(profiles, prior, settings, real_rows)
         result["sim_to_real_last_step"] = {
             "step": last["step"],
             **{
@@ -137,7 +138,6 @@ def simulate(
                 for key in ("reward/mean", "kl", "tool_call_prob", "success")
             },
         }
-        result["real_prior"] = prior
     if json:
         print_json(result)
         return

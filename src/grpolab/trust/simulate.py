@@ -299,14 +299,15 @@ def fit_lr(
     real_kl = sum(r.get("kl", 0.0) for r in real_rows)
     best: tuple[float, dict[str, Any]] | None = None
     for lr in np.geomspace(0.003, 3.0, 25):
-        unscaled = simulate(profiles, prior, replace(s, lr=float(lr), kl_scale=1.0))
-        by_step = {row["step"]: row["kl"] for row in unscaled["iterations"]}
+        # only the KL curve depends on kl_scale, linearly: simulate once unscaled, then scale that curve
+        iterations = simulate(profiles, prior, replace(s, lr=float(lr), kl_scale=1.0))["iterations"]
+        by_step = {row["step"]: row["kl"] for row in iterations}
         sim_kl = sum(by_step.get(r["step"], 0.0) for r in real_rows if "kl" in r)
         kl_scale = real_kl / sim_kl if sim_kl > 0 and real_kl > 0 else 1.0
-        sim = simulate(profiles, prior, replace(s, lr=float(lr), kl_scale=kl_scale))
-        gaps = sim_to_real(sim, real_rows)
+        scaled = [{**row, "kl": kl_scale * row["kl"]} for row in iterations]
+        gaps = sim_to_real({"iterations": scaled}, real_rows)
         total = sum(v / scales[k] for k, v in gaps.items())
         if best is None or total < best[0]:
-            best = (total, {"lr": float(lr), "kl_scale": kl_scale, "gap": gaps, "iterations": sim["iterations"]})
+            best = (total, {"lr": float(lr), "kl_scale": kl_scale, "gap": gaps})
     assert best is not None
     return best[1]
