@@ -109,12 +109,15 @@ def _card(title: str, value: str, detail: str, state: str = "") -> str:
     )
 
 
-def stat_cards(last: dict[str, Any], base_prior: float | None, kl_bound: float, source: str) -> str:
-    """Episode reward with breakdown; tool_call_prob against the base prior; kl against its bound; loss, advantage."""
+def stat_cards(
+    last: dict[str, Any], base_prior: float | None, kl_bound: float, source: str, prior_name: str = "base prior"
+) -> str:
+    """Episode reward with breakdown; tool_call_prob against the prior (the base model's, or where a simulation
+    starts); kl against its bound; loss, advantage."""
     parts = " | ".join(f"{letter(n)}:{_num(last.get(reward_key(n)))}" for n in standard_names())
     kl = last.get("kl")
     stable = _finite(kl) and kl <= kl_bound
-    prior = f"base prior {base_prior:.0%}" if _finite(base_prior) else "base prior unknown"
+    prior = f"{prior_name} {base_prior:.0%}" if _finite(base_prior) else f"{prior_name} unknown"
     tcp = last.get("tool_call_prob")
     return (
         "<div class='lab-cards'>"
@@ -146,7 +149,8 @@ def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
         f"hack mass {last['hack_mass']:.0%}, success {last['success']:.0%}"
     )
     alerts = "".join(message(w, "error") for w in result.get("warnings", []))
-    return stat_cards(last, first["tool_call_prob"], kl_bound, source) + alerts
+    # the simulation starts from its prior (by default the seeded demo model's first step), not the base model
+    return stat_cards(last, first["tool_call_prob"], kl_bound, source, prior_name="at the start") + alerts
 
 
 def run_cards(view: RunView) -> str:
