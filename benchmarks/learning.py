@@ -44,8 +44,9 @@ def run_arm(config: Path, out: Path, overrides: dict[str, Any], fresh: bool = Fa
 
     cfg = load_config(config, overrides)
     done = out / "benchmark.json"
-    if not fresh and done.is_file() and json.loads(done.read_text()).get("overrides") == overrides:
-        minutes = json.loads(done.read_text())["minutes"]
+    finished = json.loads(done.read_text()) if not fresh and done.is_file() else {}
+    if finished.get("overrides") == overrides:
+        minutes = finished["minutes"]
     else:
         if out.exists():
             shutil.rmtree(out)
