@@ -81,3 +81,15 @@ def grpolab_process():
 @pytest.fixture(scope="session")
 def small_config():
     return write_small_config
+
+
+@pytest.fixture()
+def tokenizer():
+    """The embedded model's tokenizer; tests may set its chat template, which is restored afterwards (the loaded
+    tokenizer is shared by every test)."""
+    from grpolab.models import load_tokenizer
+
+    tok = load_tokenizer()
+    original = tok.chat_template
+    yield tok
+    tok.chat_template = original

@@ -21,7 +21,7 @@ from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.envs import env_for
 from grpolab.errors import UserError
 from grpolab.formats import checked_format, stop_token_ids
-from grpolab.models import load_model, load_tokenizer
+from grpolab.models import load_model
 from grpolab.protocol import parse_call, render_tool_response
 from grpolab.rewards.components import register_reward, unregister_reward
 from grpolab.rewards.replay import respond_to_call
@@ -202,11 +202,9 @@ def scripted_session(tok, env, sequence, **settings):
 
 
 @pytest.fixture()
-def tok():
-    tokenizer = load_tokenizer()
-    original = tokenizer.chat_template
-    yield tokenizer
-    tokenizer.chat_template = original  # the embedded tokenizer is shared by every test
+def tok(tokenizer):
+    """The embedded tokenizer (conftest's `tokenizer`: its chat template restored after the test)."""
+    return tokenizer
 
 
 @pytest.mark.parametrize("fmt,template", [("inline", None), ("chat_template", HERMES), ("chat_template", LLAMA3)])

@@ -51,14 +51,6 @@ STRIPS_THOUGHTS = HERMES.replace(
 )
 
 
-@pytest.fixture()
-def tokenizer():
-    tok = load_tokenizer()
-    original = tok.chat_template
-    yield tok
-    tok.chat_template = original  # the embedded tokenizer is shared by every test
-
-
 def _format(tok, template, finance, syntax="auto"):
     tok.chat_template = template
     return checked_format(tok, finance, "chat_template", syntax)
