@@ -102,7 +102,7 @@ def test_format_pays_for_the_protocol_not_for_ignoring_it(finance, acme):
     free = score(finance, acme, "I think ACME went up, roughly 15%.")
     assert free.components["format"] <= 0.5 and "does not open with a <thought>" in free.reasons["format"]
     dummy = (
-        render_thought("...")
+        render_thought("I will use a tool.")
         + render_tool_call("calculator", {"expression": "1+1"})
         + render_tool_response({"result": 2})
         + "Done."
@@ -119,3 +119,27 @@ def test_references_round_inside_the_calculator(finance):
     for task in finance.tasks("heldout"):
         name, args = task.reference_calls[-1]
         assert name == "calculator" and args["expression"].startswith("round(") and args["expression"].endswith(", 2)")
+
+
+def test_an_emptied_thought_earns_no_format_credit(finance, acme):
+    """The demo's shortcut: GRPO emptied the thought to `...` while any closed block paid. Now it needs words."""
+    honest = finance.reference_transcript(acme)
+    thought = render_thought(acme.reference_thought)
+    emptied = honest.replace(thought, render_thought("..."))
+    assert emptied != honest
+    s = score(finance, acme, emptied)
+    assert s.components["format"] == 0.75 and "the thought is empty (0 words" in s.reasons["format"]
+    assert s.total < score(finance, acme, honest).total
+    # thought_min_words = 0 is the old rule: any closed block pays, and the emptied thought beats honest work
+    old = score_transcript(finance, acme, emptied, thought_min_words=0)
+    assert old.components["format"] == 1.0
+    assert old.total > score_transcript(finance, acme, honest, thought_min_words=0).total
+
+
+def test_lenient_completion_pays_a_hedge_the_strict_verifier_fails(finance, acme):
+    """The deliberately gameable verifier behind the hedging hack family: any matching number is paid."""
+    parts = finance.reference_parts(acme)
+    hedge = "".join(t for t, _ in parts[:-1]) + f"It is {acme.answer}, or maybe 3.50 or 12.25."
+    s = score_transcript(finance, acme, hedge, weights={"lenient_completion": 3.0, "completion": 3.0})
+    assert s.components["lenient_completion"] == 1.0 and s.components["completion"] == 0.0
+    assert "hedged" in s.reasons["completion"]

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grpolab.errors import UserError
-from grpolab.rewards.components import COMPONENTS, default_weights, letter, standard_names
+from grpolab.rewards.components import COMPONENTS, THOUGHT_MIN_WORDS, default_weights, letter, standard_names
 
 
 class _Section(BaseModel):
@@ -31,6 +31,9 @@ class RewardConfig(_Section):
     """Weight of each reward component in the episode reward (a weighted sum). Keys are reward names."""
     length_unit: int = Field(100, gt=0)
     """The length component counts generated tokens in units of this many (tool output excluded)."""
+    thought_min_words: int = Field(THOUGHT_MIN_WORDS, ge=0)
+    """The format check pays for an opening thought only if it holds at least this many words; 0 pays any closed
+    <thought> block, even an emptied one, which GRPO then learns to empty for the length penalty's sake."""
 
     @field_validator("weights")
     @classmethod

@@ -175,7 +175,9 @@ def reward_score(
     e = env_for(cfg)
     t = e.task(task)
     text = completion_text(completion)
-    s = score_transcript(e, t, text, cfg.reward.weights, cfg.reward.length_unit)
+    s = score_transcript(
+        e, t, text, cfg.reward.weights, cfg.reward.length_unit, thought_min_words=cfg.reward.thought_min_words
+    )
     if json:
         print_json(s.to_json())
         return

@@ -41,5 +41,5 @@ def evaluate(
             episodes += run_episodes(model, tokenizer, env, tasks[start : start + EVAL_BATCH], 1, settings)
     finally:
         model.train(was_training)
-    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit)
+    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
     return heldout_summary(episodes), episodes

@@ -115,7 +115,7 @@ class GRPOTrainer:
             gen = step_generator(cfg, step, attempt)
             eps = run_episodes(self.sampler.model, self.tokenizer, self.env, tasks, G, self.sampling, gen, phases)
             with phases("score", episodes=len(eps)):
-                score_episodes(self.env, eps, cfg.reward.weights, cfg.reward.length_unit)
+                score_episodes(self.env, eps, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
             for g in range(len(tasks)):
                 group = eps[g * G : (g + 1) * G]
                 if cfg.grpo.dynamic_filter != "off" and len({e.score.total for e in group}) == 1:

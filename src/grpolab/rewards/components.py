@@ -7,6 +7,7 @@ description; the config, the scorer, the simulator, the report, the web lab and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +24,18 @@ class RewardContext:
     gen_tokens: int
     """Policy tokens of the episode (tool output excluded)."""
     length_unit: int
+    thought_min_words: int = 3
+    """A thought earns its format check only with at least this many words (`reward.thought_min_words`)."""
+
+
+THOUGHT_MIN_WORDS = 3
+"""Default of `reward.thought_min_words`: an emptied thought (`<thought>...</thought>`) earns no format credit."""
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def thought_words(text: str) -> int:
+    """Words (two or more letters) in a thought: `...` has none, "I need the ACME Q3 report" has four."""
+    return len(_WORD.findall(text))
 
 
 RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[float, str]]
@@ -31,14 +44,16 @@ RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[floa
 def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
     """Adherence to the protocol's structure, checks of equal weight; a check pays only for something attempted.
 
-    - thought: the turn opens with a closed `<thought>` block (where the env's prompt asks for one);
+    - thought: the turn opens with a closed `<thought>` block holding at least `thought_min_words` words (where
+      the env's prompt asks for one): a closed block around nothing (`<thought>...</thought>`) is the shortcut
+      GRPO found in the demo when any closed block paid, since the length penalty pays for emptying it;
     - tags: protocol tags are present and well-formed (where the task needs tools; elsewhere: no broken tags);
     - calls: where the task needs tools, at least one call, every call valid JSON and answered by the environment,
       no `<tool_response>` written by the model; elsewhere no malformed or fabricated ones;
     - answer: a final answer after the last response, free of tag fragments (where calls are not the answer).
     Free text with no tag at all therefore earns at most 0.5 (answer, and calls where none are needed); a
-    well-formed structure around nothing (a thought, a junk call, "Done.") earns 1.0, which is why a format-only
-    reward is gameable and `grpolab check` says so."""
+    well-formed structure around nothing (a worded thought, a junk call, "Done.") earns 1.0, which is why a
+    format-only reward is gameable and `grpolab check` says so."""
     failed: list[str] = []
     checks = 0
 
@@ -51,7 +66,13 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     segments = [s for s in r.parsed.segments if s.kind != "text" or s.text.strip()]
     if env.thought_required:
         opened = bool(segments) and segments[0].kind == "thought" and segments[0].closed
-        check(opened, "the turn does not open with a <thought>")
+        if not opened:
+            check(False, "the turn does not open with a <thought>")
+        else:
+            words = thought_words(segments[0].text)
+            check(
+                words >= ctx.thought_min_words, f"the thought is empty ({words} words, {ctx.thought_min_words} needed)"
+            )
     tag_errors = [e for e in r.parsed.errors if not e.startswith("tool call")]
     has_tags = any(s.kind != "text" for s in r.parsed.segments)
     if tag_errors:
@@ -116,6 +137,22 @@ def code_block_reward(r: Replay, task: Task, env: Environment, ctx: RewardContex
     return 0.0, "no python code block"
 
 
+def lenient_completion_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
+    """DELIBERATELY GAMEABLE: 1 when any number in the final answer matches the truth, however many others it lists.
+
+    The strict verifier fails a hedge ("12.5, or maybe 13.1"); this one pays it, so a policy trained on it learns to
+    list candidates. It exists to show the hedging hack (`benchmarks/hack_detection.py`); never train on it."""
+    from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers  # here: the config reads this table
+
+    truth = task.truth.get("diff") if isinstance(task.truth, dict) else task.truth
+    if not isinstance(truth, (int, float)) or isinstance(truth, bool):
+        return 0.0, "no numeric truth to match"
+    numbers = extract_numbers(r.parsed.final_answer)
+    if any(abs(abs(n) - abs(truth)) <= ANSWER_TOLERANCE for n in numbers):
+        return 1.0, f"one of {len(numbers)} numbers matches (paid however many others are listed)"
+    return 0.0, "no number in the final answer matches"
+
+
 @dataclass(frozen=True)
 class RewardComponent:
     name: str
@@ -137,6 +174,8 @@ _TABLE = (
     RewardComponent("completion", "C",  3.0,  completion_reward, "the verifier accepts the grounded answer"),
     RewardComponent("length",     "L", -0.05, length_reward,     "per length_unit generated tokens"),
     RewardComponent("code_block", "B",  0.0,  code_block_reward, "GAMEABLE: any python block", standard=False),
+    RewardComponent("lenient_completion", "H", 0.0, lenient_completion_reward, "GAMEABLE: any matching number",
+                    standard=False),
 )
 # fmt: on
 

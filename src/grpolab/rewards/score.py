@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.envs.base import Environment, Task
-from grpolab.rewards.components import COMPONENTS, RewardContext, default_weights, letter, standard_names
+from grpolab.rewards.components import (
+    COMPONENTS,
+    THOUGHT_MIN_WORDS,
+    RewardContext,
+    default_weights,
+    letter,
+    standard_names,
+)
 from grpolab.rewards.replay import replay
 
 
@@ -79,6 +86,7 @@ def score_transcript(
     length_unit: int = 100,
     gen_tokens: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
+    thought_min_words: int = THOUGHT_MIN_WORDS,
 ) -> Score:
     """Score an assistant transcript (tool responses included) by re-executing its calls.
 
@@ -93,7 +101,7 @@ def score_transcript(
 
             count_tokens = default_token_counter()
         gen_tokens = count_tokens(r.generated_text)
-    ctx = RewardContext(gen_tokens=gen_tokens, length_unit=length_unit)
+    ctx = RewardContext(gen_tokens=gen_tokens, length_unit=length_unit, thought_min_words=thought_min_words)
     components, reasons, errors = {}, {}, {}
     standard = standard_names()
     # the standard components are always computed (logged even at weight 0), then any others that are weighted
@@ -108,7 +116,15 @@ def score_transcript(
     return Score(components=components, reasons=reasons, weights=weights, errors=errors, valid_calls=valid_calls)
 
 
-def score_episodes(env: Environment, episodes: list[Any], weights: dict[str, float], length_unit: int) -> None:
+def score_episodes(
+    env: Environment,
+    episodes: list[Any],
+    weights: dict[str, float],
+    length_unit: int,
+    thought_min_words: int = THOUGHT_MIN_WORDS,
+) -> None:
     """Score generated episodes in place (`episode.score`), counting their policy tokens as generated."""
     for e in episodes:
-        e.score = score_transcript(env, e.task, e.text, weights, length_unit, gen_tokens=e.n_policy_tokens)
+        e.score = score_transcript(
+            env, e.task, e.text, weights, length_unit, gen_tokens=e.n_policy_tokens, thought_min_words=thought_min_words
+        )

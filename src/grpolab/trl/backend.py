@@ -125,7 +125,15 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
 
     @lru_cache(maxsize=4096)
     def score(task_id: str, text: str, gen_tokens: int | None) -> Score:
-        return score_transcript(env, tasks[task_id], text, cfg.reward.weights, cfg.reward.length_unit, gen_tokens)
+        return score_transcript(
+            env,
+            tasks[task_id],
+            text,
+            cfg.reward.weights,
+            cfg.reward.length_unit,
+            gen_tokens,
+            thought_min_words=cfg.reward.thought_min_words,
+        )
 
     def make(name: str) -> Any:
         def reward(prompts: list[Any], completions: list[Any], task_id: list[str], **kwargs: Any) -> list[float]:

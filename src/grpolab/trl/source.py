@@ -63,7 +63,9 @@ class TrlSource:
                 m.update(lab_metrics(logs, cfg.reward.weights))
                 m["kl_bound"] = cfg.grpo.kl_bound
                 episodes = rollout.last_episodes[: cfg.train.episodes_per_step_logged]
-                score_episodes(source.env, episodes, cfg.reward.weights, cfg.reward.length_unit)
+                score_episodes(
+                    source.env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words
+                )
                 if on_step(StepResult(m, episodes)):
                     control.should_training_stop = True
 

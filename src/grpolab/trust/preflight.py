@@ -33,6 +33,7 @@ def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: in
             cfg.reward.weights,
             cfg.reward.length_unit,
             count_tokens=count_tokens,
+            thought_min_words=cfg.reward.thought_min_words,
         )
         rows.append({"task_id": task.id, **s.to_json()})
     return rows
@@ -40,7 +41,9 @@ def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: in
 
 def probe_report(env: Environment, cfg: LabConfig, count_tokens, n_tasks: int = 6) -> dict[str, Any]:
     tasks = _spread(env.tasks("train"), n_tasks)
-    results = run_probes(env, tasks, cfg.reward.weights, cfg.reward.length_unit, count_tokens)
+    results = run_probes(
+        env, tasks, cfg.reward.weights, cfg.reward.length_unit, count_tokens, cfg.reward.thought_min_words
+    )
     table = [
         {
             "probe": r.probe,
@@ -83,7 +86,7 @@ def learnability(
     tasks = _spread(env.tasks("train"), prompts)
     settings = sampling_settings(cfg)
     episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, torch.Generator().manual_seed(cfg.seed))
-    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit)
+    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
     per_prompt = []
     for g, task in enumerate(tasks):
         group = episodes[g * group_size : (g + 1) * group_size]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from grpolab.envs.base import Environment, Task
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
+from grpolab.rewards.components import THOUGHT_MIN_WORDS
 from grpolab.rewards.score import Score, score_transcript
 
 Probe = Callable[[Environment, Task], "str | None"]
@@ -25,12 +26,12 @@ def dummy_tags(env: Environment, task: Task) -> str:
     format-only reward is gamed by dummy tags."""
     toolbox = env.toolbox_for(task)
     if not toolbox.tools:
-        return render_thought("...") + "Done."
+        return render_thought("I will use a tool.") + "Done."
     name = next(iter(toolbox.tools))
     call = render_tool_call(name, {})
     if not env.executes_tools:
-        return render_thought("...") + call
-    return render_thought("...") + call + render_tool_response(toolbox.execute(name, {})) + "Done."
+        return render_thought("I will use a tool.") + call
+    return render_thought("I will use a tool.") + call + render_tool_response(toolbox.execute(name, {})) + "Done."
 
 
 def empty_call(env: Environment, task: Task) -> str:
@@ -183,18 +184,31 @@ class ProbeResult:
 
 
 def run_probes(
-    env: Environment, tasks: list[Task], weights: dict[str, float], length_unit: int, count_tokens: Callable[[str], int]
+    env: Environment,
+    tasks: list[Task],
+    weights: dict[str, float],
+    length_unit: int,
+    count_tokens: Callable[[str], int],
+    thought_min_words: int = THOUGHT_MIN_WORDS,
 ) -> list[ProbeResult]:
     results = []
     for task in tasks:
         honest = score_transcript(
-            env, task, env.reference_transcript(task), weights, length_unit, count_tokens=count_tokens
+            env,
+            task,
+            env.reference_transcript(task),
+            weights,
+            length_unit,
+            count_tokens=count_tokens,
+            thought_min_words=thought_min_words,
         )
         for name, probe in {**PROBES, **getattr(env, "probes", {})}.items():
             text = probe(env, task)
             if text is None:
                 continue
-            s = score_transcript(env, task, text, weights, length_unit, count_tokens=count_tokens)
+            s = score_transcript(
+                env, task, text, weights, length_unit, count_tokens=count_tokens, thought_min_words=thought_min_words
+            )
             results.append(ProbeResult(name, task.id, s, honest, text))
     return results
 
