@@ -21,6 +21,7 @@ from grpolab.metrics import episode_row, mean, reward_means, tool_call_prob
 from grpolab.models import token_counter
 from grpolab.rewards.score import score_episodes, score_transcript
 from grpolab.trust.probes import gameable_lines, run_probes, worst_by_probe
+from grpolab.trust.shortcuts import best_by_shortcut, paid_lines, run_shortcuts
 
 
 def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: int = 5) -> list[dict[str, Any]]:
@@ -57,9 +58,27 @@ def probe_report(env: Environment, cfg: LabConfig, count_tokens, n_tasks: int = 
         }
         for r in worst_by_probe(results)
     ]
+    shortcuts = run_shortcuts(
+        env, tasks, cfg.reward.weights, cfg.reward.length_unit, count_tokens, cfg.reward.thought_min_words
+    )
     return {
         "probes": table,
         "gameable": gameable_lines(results),
+        "shortcuts": [
+            {
+                "shortcut": r.shortcut,
+                "task_id": r.task_id,
+                "score": r.score.total,
+                "honest": r.honest.total,
+                "margin": r.margin,
+                "paid": r.paid,
+                "paying": r.paying_components(),
+                "breakdown": r.score.breakdown,
+                "reasons": r.score.reasons,
+            }
+            for r in best_by_shortcut(shortcuts)
+        ],
+        "shortcuts_paid": paid_lines(shortcuts),
         "tasks": [t.id for t in tasks],
         "isolation": env.isolation(),
     }
