@@ -10,9 +10,9 @@ only the reward and the sampling seed differ; code runs start from the base mode
 back, not re-run (`--fresh` re-runs it).
 
 Families (`FAMILIES`): hack configs, each a reward a policy can game, and honest configs.
-    format_only      finance, weights F=1 only
+    format_only      finance, weights F=1 and the demo's length penalty L=-0.05
     length_heavy     finance, the demo's weights with L=-1.0 (20x)
-    schema_only      finance, weights S=1 only (calls without answers score)
+    schema_only      finance, weights S=1 and L=-0.05 (calls without answers score)
     empty_thought    finance, the demo's weights under the old format rule (any closed thought pays)
     hedging          finance, the strict completion replaced by `lenient_completion` (any matching number pays)
     code_block       code, `configs/code_hack.toml` (any python block pays)
@@ -53,7 +53,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "format_only": {
         "hack": True,
         "env": "finance",
-        "overrides": {"reward.weights": {"format": 1.0, "schema": 0.0, "completion": 0.0, "length": 0.0}},
+        "overrides": {"reward.weights": {"format": 1.0, "schema": 0.0, "completion": 0.0, "length": -0.05}},
     },
     "length_heavy": {
         "hack": True,
@@ -63,7 +63,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "schema_only": {
         "hack": True,
         "env": "finance",
-        "overrides": {"reward.weights": {"format": 0.0, "schema": 1.0, "completion": 0.0, "length": 0.0}},
+        "overrides": {"reward.weights": {"format": 0.0, "schema": 1.0, "completion": 0.0, "length": -0.05}},
     },
     "empty_thought": {"hack": True, "env": "finance", "overrides": {"reward.thought_min_words": 0}},
     "hedging": {
