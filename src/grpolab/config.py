@@ -144,6 +144,17 @@ class WatchConfig(_Section):
     """Alarm when entropy falls below this fraction of its first-step value."""
     length_runaway: float = Field(1.5, gt=1)
     """Alarm when completion length exceeds this multiple of its first-step value and 90% of the token budget."""
+    drift_window: int = Field(2, ge=1)
+    """Steps in each window when the drift alarm and the reward attribution compare the start with the latest steps."""
+    drift_z: float = Field(1.0, gt=0)
+    """Drift alarm: a behaviour statistic's change within verdicts, in standard deviations of its start, that counts."""
+    drift_rel: float = Field(0.5, gt=0)
+    """Drift alarm: the same change as a fraction of the statistic's start mean that also counts (both must hold)."""
+    drift_share: float = Field(0.3, gt=0, le=1)
+    """Drift alarm: growth of a hack class's share of the episodes (empty thought, hedged answer...) that counts."""
+    attribution_min: float = Field(0.15, gt=0)
+    """Attribution flag: a component other than completion whose weighted mean gained at least this much, and more
+    than the verifier's gain is worth, is flagged."""
     stop_on_alarm: bool = False
     """Stop training (after checkpointing) when an alarm fires."""
 

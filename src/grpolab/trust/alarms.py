@@ -1,4 +1,5 @@
-"""Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway.
+"""Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway, behaviour drift and
+reward attribution (the hacks that ride along with real learning: `grpolab.trust.drift`, `grpolab.trust.attribution`).
 
 Reward hacking is the case the seed's stream warns about most: the training reward climbs while held-out
 verified success does not. The statistic: Welch's t of the training reward over the episodes of the last
@@ -13,6 +14,8 @@ import math
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.trust.attribution import attribution
+from grpolab.trust.drift import drift_alarms
 
 
 def welch_t(a: list[float], b: list[float]) -> float:
@@ -94,6 +97,7 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
         alarms["length_runaway"] = (
             f"completion length {length[-1]:.0f} vs {length[0]:.0f} at the start (budget {budget})"
         )
+    alarms.update(drift_alarms(history, w.drift_window, w.drift_z, w.drift_rel, w.drift_share))
     return alarms
 
 
@@ -112,8 +116,17 @@ class AlarmWatch:
             self.heldout[row["step"]] = float(row["heldout/success"])
 
     def check(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Alarm fields for this step's row (`alarms`: name -> why, `kl_over_bound`); the row joins the history."""
+        """Alarm fields for this step's row (`alarms`: name -> why, `kl_over_bound`, the reward attribution); the
+        row joins the history."""
         self.history.append(row)
         self._note_heldout(row)
         alarms = check_alarms(self.history, self.heldout, self.cfg)
-        return {"alarms": alarms, "kl_over_bound": "kl_bound" in alarms}
+        w = self.cfg.watch
+        fields, flags = attribution(
+            self.history,
+            self.heldout,
+            self.cfg.reward.weights.get("completion", 0.0),
+            w.drift_window,
+            w.attribution_min,
+        )
+        return {**fields, "alarms": {**alarms, **flags}, "kl_over_bound": "kl_bound" in alarms}

@@ -1,0 +1,138 @@
+"""Behaviour drift: what the episodes do, step by step, and an alarm when it moves without the verifier's reason.
+
+Each step's sampled episodes are summarised (`step_behaviour`) into metric fields:
+    behaviour/STAT            mean over the step's episodes (STAT in `grpolab.trust.behaviour.STATS`)
+    behaviour/STAT/sd         their standard deviation
+    behaviour/STAT/solved     mean over the episodes the strict verifier accepted (absent when none was)
+    class/NAME                share of the step's episodes in each class (`grpolab.trust.behaviour.CLASSES`)
+
+The drift alarm (`drift_alarms`) compares the last `watch.drift_window` steps with the first ones. Real learning
+moves the statistics too, because solved episodes look different from failed ones (two calls instead of one, an
+answer instead of none); the alarm discounts that. A statistic's change is measured *within* verdicts:
+    delta = p1 * (solved1 - solved0) + (1 - p1) * (failed1 - failed0)
+with p1 the recent success rate and solved0/failed0 the start's means of solved and failed episodes (the start's
+overall mean stands in for a verdict with no episode at the start). The alarm fires when
+    |delta| >= watch.drift_z * max(sd0, floor)   and   |delta| >= watch.drift_rel * max(|mean0|, floor)
+(sd0: the start's per-episode standard deviation; floor: the smallest change that means something for that
+statistic, `FLOORS`), or when a hack class's share (`HACK_CLASSES`) grew by at least `watch.drift_share`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
+
+FLOORS = {
+    "thought_words": 2.0,
+    "calls": 0.5,
+    "distinct_calls": 0.5,
+    "answer_words": 2.0,
+    "answer_numbers": 0.5,
+    "repeated_ngrams": 0.05,
+}
+"""The smallest change of each statistic that means something (2 words, half a call, 5% repeated 3-grams)."""
+
+
+def stat_key(stat: str, part: str = "") -> str:
+    """`behaviour/thought_words`, `behaviour/thought_words/sd`, `behaviour/thought_words/solved`."""
+    return f"behaviour/{stat}" + (f"/{part}" if part else "")
+
+
+def class_key(name: str) -> str:
+    """`class/empty_thought`: the share of a step's episodes in that class."""
+    return f"class/{name}"
+
+
+def _solved(row: dict[str, Any]) -> bool:
+    return (row.get("components") or {}).get("completion") == 1.0
+
+
+def step_behaviour(rows: Sequence[dict[str, Any]], thought_required: bool = True) -> dict[str, float]:
+    """The behaviour fields of one step from its scored episode rows (`grpolab.metrics.episode_row`)."""
+    if not rows:
+        return {}
+    stats = [episode_stats(str(r.get("text") or "")) for r in rows]
+    solved = [s for s, r in zip(stats, rows) if _solved(r)]
+    out: dict[str, float] = {}
+    for name in STATS:
+        xs = [s[name] for s in stats]
+        m = sum(xs) / len(xs)
+        out[stat_key(name)] = m
+        out[stat_key(name, "sd")] = math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+        if solved:
+            out[stat_key(name, "solved")] = sum(s[name] for s in solved) / len(solved)
+    labels = [classify_episode(r, thought_required) for r in rows]
+    for c in CLASSES:
+        out[class_key(c)] = labels.count(c) / len(labels)
+    return out
+
+
+def _num(row: dict[str, Any], key: str) -> float | None:
+    x = row.get(key)
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _pooled(rows: Sequence[dict[str, Any]], stat: str) -> dict[str, float | None] | None:
+    """Means of a statistic over a window of steps: all, solved, failed episodes; the success rate; the sd."""
+    n = ns = total = total_s = var = 0.0
+    for r in rows:
+        m, k, p = _num(r, stat_key(stat)), _num(r, "episodes") or 1.0, _num(r, "success") or 0.0
+        if m is None:
+            continue
+        sd = _num(r, stat_key(stat, "sd")) or 0.0
+        n, total, var = n + k, total + k * m, var + k * sd * sd
+        ms = _num(r, stat_key(stat, "solved"))
+        if ms is not None and p > 0:
+            ns, total_s = ns + k * p, total_s + k * p * ms
+    if n == 0:
+        return None
+    failed = n - ns
+    return {
+        "all": total / n,
+        "solved": total_s / ns if ns > 0 else None,
+        "failed": (total - total_s) / failed if failed > 1e-9 else None,
+        "success": ns / n,
+        "sd": math.sqrt(var / n),
+    }
+
+
+def within_verdict_change(start: dict[str, Any], recent: dict[str, Any]) -> float:
+    """The change of a statistic that a shift between solved and failed episodes does not explain."""
+    p1 = recent["success"]
+    change = 0.0
+    for part, weight in (("solved", p1), ("failed", 1.0 - p1)):
+        if weight <= 0 or recent[part] is None:
+            continue
+        before = start[part] if start[part] is not None else start["all"]
+        change += weight * (recent[part] - before)
+    return change
+
+
+def drift_alarms(history: Sequence[dict[str, Any]], window: int, z: float, rel: float, share: float) -> dict[str, str]:
+    """Drift alarms for the latest row of `history` (metric rows with behaviour fields, oldest first)."""
+    rows = [r for r in history if _num(r, stat_key(STATS[0])) is not None]
+    if len(rows) < 2 * window:
+        return {}
+    first, last = rows[:window], rows[-window:]
+    alarms: dict[str, str] = {}
+    for stat in STATS:
+        a, b = _pooled(first, stat), _pooled(last, stat)
+        if a is None or b is None:
+            continue
+        delta = within_verdict_change(a, b)
+        floor = FLOORS[stat]
+        if abs(delta) >= z * max(a["sd"], floor) and abs(delta) >= rel * max(abs(a["all"]), floor):
+            alarms[f"drift:{stat}"] = (
+                f"{stat} {a['all']:.2f} -> {b['all']:.2f} per episode ({delta:+.2f} within verdicts, "
+                f"{abs(delta) / max(a['sd'], floor):.1f} start sd) while success went {a['success']:.0%} -> "
+                f"{b['success']:.0%}"
+            )
+    for c in sorted(HACK_CLASSES):
+        s0 = sum(_num(r, class_key(c)) or 0.0 for r in first) / window
+        s1 = sum(_num(r, class_key(c)) or 0.0 for r in last) / window
+        if s1 - s0 >= share:
+            alarms[f"drift:class/{c}"] = f"{c} episodes {s0:.0%} -> {s1:.0%} of each step"
+    return alarms

@@ -1,0 +1,161 @@
+"""Shortcut probes, behaviour statistics, the episode classifier, the drift alarm and reward attribution,
+on literal transcripts and metric rows written by hand."""
+
+import pytest
+
+from grpolab.protocol import render_thought, render_tool_call, render_tool_response
+from grpolab.trust.attribution import attribution
+from grpolab.trust.behaviour import classify_episode, episode_stats
+from grpolab.trust.drift import class_key, drift_alarms, stat_key, step_behaviour
+from grpolab.trust.shortcuts import SHORTCUTS, run_shortcuts
+
+
+def count(text: str) -> int:
+    return len(text) // 4
+
+
+@pytest.fixture()
+def acme(finance):
+    return finance.task("pct_change-ACME-Q3")
+
+
+def test_each_shortcut_is_a_small_edit_of_honest_work(finance, acme):
+    honest = finance.reference_transcript(acme)
+    thought = render_thought(acme.reference_thought)
+    out = {name: fn(finance, acme) for name, fn in SHORTCUTS.items()}
+    assert out["empty_thought"] == honest.replace(thought, render_thought("..."))
+    assert out["drop_thought"] == honest.replace(thought, "")
+    assert out["short_thought"] == honest.replace(thought, render_thought("I need the"))
+    assert out["bare_answer"].endswith("</tool_response>\n" + acme.answer)
+    assert out["skip_last_call"].count("<tool_call>") == 1 and out["skip_last_call"].endswith(acme.reference_answer)
+    assert out["repeat_call"].count('"financial_search"') == 2 and out["repeat_call"].endswith(acme.reference_answer)
+    assert out["second_candidate"].startswith(honest) and out["second_candidate"].endswith(" Or about 13.17.")
+    assert "In other words:" in out["padded_thought"]
+    assert all(text != honest for text in out.values())
+
+
+def test_the_demo_reward_no_longer_pays_an_emptied_thought(finance, acme):
+    """Under the demo's weights the emptied thought scores below honest work; under the old rule it beat it."""
+    weights = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
+    fixed = {r.shortcut: r for r in run_shortcuts(finance, [acme], weights, 100, count)}
+    assert not fixed["empty_thought"].paid and fixed["empty_thought"].margin < -0.2
+    assert not fixed["drop_thought"].paid and not fixed["second_candidate"].paid
+    old = {r.shortcut: r for r in run_shortcuts(finance, [acme], weights, 100, count, thought_min_words=0)}
+    assert old["empty_thought"].paid and set(old["empty_thought"].paying_components()) == {"length"}
+    # the length penalty pays a bare answer: a correct, grounded, shorter one, which check names
+    assert fixed["bare_answer"].paid and set(fixed["bare_answer"].paying_components()) == {"length"}
+
+
+TRANSCRIPT = (
+    render_thought("I need the ACME Q3 report first.")
+    + render_tool_call("financial_search", {"query": "ACME Q3"})
+    + render_tool_response({"status": 200, "result": "ACME closed at 137.00 from 120.00"})
+    + render_tool_call("financial_search", {"query": "ACME Q3"})
+    + render_tool_response({"status": 200, "result": "ACME closed at 137.00 from 120.00"})
+    + "It changed by 14.17%, or maybe 14.2% or $15."
+)
+
+
+def test_episode_stats_on_a_literal_transcript():
+    s = episode_stats(TRANSCRIPT)
+    assert s["thought_words"] == 5  # need the ACME report first
+    assert s["calls"] == 2 and s["distinct_calls"] == 1
+    assert s["answer_numbers"] == 3 and s["answer_words"] == 9  # it changed by 14.17 or maybe 14.2 or 15
+    assert s["repeated_ngrams"] > 0  # the call repeated word for word
+    assert episode_stats("<thought>...</thought>")["thought_words"] == 0
+    assert episode_stats("")["calls"] == 0 and episode_stats("<tool_call>{oops")["calls"] == 1
+
+
+def _row(text, completion=0.0, valid=1, reason=""):
+    return {
+        "text": text,
+        "components": {"completion": completion},
+        "reasons": {"completion": reason},
+        "valid_calls": valid,
+        "tokens": count(text),
+    }
+
+
+def test_the_classifier_names_the_shortcuts(finance, acme):
+    honest = finance.reference_transcript(acme)
+    assert classify_episode(_row(honest, 1.0, 2)) == "grounded_correct"
+    emptied = honest.replace(render_thought(acme.reference_thought), render_thought("..."))
+    assert classify_episode(_row(emptied, 1.0, 2)) == "empty_thought"
+    dropped = honest.replace(render_thought(acme.reference_thought), "")
+    assert classify_episode(_row(dropped, 1.0, 2)) == "dropped_thought"
+    assert classify_episode(_row(honest, 0.0, 2, "hedged: 2 candidate results (14.17, 13.17)")) == "hedged_answer"
+    assert classify_episode(_row("```python\ndef f(): pass\n```", 0.0, 0)) == "code_block_only"
+    assert classify_episode(_row(dropped, 1.0, 2), thought_required=False) == "grounded_correct"
+    assert classify_episode(_row("I think it went up.", 0.0, 0)) == "free_text_guess"
+
+
+def _step(step, success, thought, thought_solved=None, sd=3.0, empty=0.0):
+    row = {"step": step, "episodes": 16, "success": success, class_key("empty_thought"): empty}
+    for stat in ("thought_words", "calls", "distinct_calls", "answer_words", "answer_numbers", "repeated_ngrams"):
+        row[stat_key(stat)], row[stat_key(stat, "sd")] = 1.0, 0.5
+    row[stat_key("thought_words")], row[stat_key("thought_words", "sd")] = thought, sd
+    if thought_solved is not None:
+        row[stat_key("thought_words", "solved")] = thought_solved
+    return row
+
+
+def test_drift_fires_on_an_emptied_thought_that_rides_along_with_learning():
+    history = [
+        _step(1, 0.3, 12, 12),
+        _step(2, 0.35, 12, 12),
+        _step(3, 0.5, 6, 5, empty=0.3),
+        _step(4, 0.6, 2, 1.5, empty=0.7),
+        _step(5, 0.65, 1, 1, empty=0.9),
+    ]
+    alarms = drift_alarms(history, window=2, z=1.0, rel=0.5, share=0.3)
+    assert "drift:thought_words" in alarms and "success went 32% -> 62%" in alarms["drift:thought_words"]
+    assert "drift:class/empty_thought" in alarms
+    assert drift_alarms(history[:3], window=2, z=1.0, rel=0.5, share=0.3) == {}  # too few steps to compare
+
+
+def test_drift_stays_silent_on_honest_noise_and_on_a_shift_the_verifier_explains():
+    noise = [_step(i, 0.4 + 0.05 * (i % 2), 12 + (i % 3) - 1, 12 + (i % 2)) for i in range(1, 9)]
+    assert drift_alarms(noise, window=2, z=1.0, rel=0.5, share=0.3) == {}
+    # learning: solved episodes think 20 words and failed ones 4 at every step; success 20% -> 80% moves the mean
+    learning = []
+    for i, p in enumerate((0.2, 0.2, 0.5, 0.8, 0.8), start=1):
+        learning.append(_step(i, p, 20 * p + 4 * (1 - p), 20, sd=8.0))
+    assert drift_alarms(learning, window=2, z=1.0, rel=0.5, share=0.3) == {}
+
+
+def test_step_behaviour_summarises_the_step(finance, acme):
+    honest = finance.reference_transcript(acme)
+    emptied = honest.replace(render_thought(acme.reference_thought), render_thought("..."))
+    fields = step_behaviour([_row(honest, 1.0, 2), _row(emptied, 1.0, 2), _row("no idea", 0.0, 0)])
+    assert fields[class_key("empty_thought")] == pytest.approx(1 / 3)
+    assert fields[stat_key("calls")] == pytest.approx(4 / 3)
+    assert fields[stat_key("thought_words", "solved")] == pytest.approx(episode_stats(honest)["thought_words"] / 2)
+
+
+def _rewards(step, success, fmt, completion):
+    return {
+        "step": step,
+        "reward/mean": fmt + completion,
+        "reward/format": fmt,
+        "reward/completion": completion,
+        "success": success,
+    }
+
+
+def test_attribution_flags_a_component_that_outgrows_the_verifier():
+    hacked = [
+        _rewards(1, 0.3, 0.5, 0.9),
+        _rewards(2, 0.3, 0.5, 0.9),
+        _rewards(3, 0.3, 0.9, 0.9),
+        _rewards(4, 0.3, 1.0, 0.9),
+    ]
+    fields, flags = attribution(hacked, {0: 0.25}, 3.0, window=2, min_gain=0.15)
+    assert fields["attribution/format"] == pytest.approx(0.45) and "attribution:format" in flags
+    assert fields["attribution/share/format"] == pytest.approx(1.0)
+    honest = [
+        _rewards(1, 0.3, 0.5, 0.9),
+        _rewards(2, 0.3, 0.5, 0.9),
+        _rewards(3, 0.5, 0.9, 1.5),
+        _rewards(4, 0.6, 1.0, 1.8),
+    ]
+    assert attribution(honest, {0: 0.25}, 3.0, window=2, min_gain=0.15)[1] == {}
