@@ -159,3 +159,24 @@ def test_attribution_flags_a_component_that_outgrows_the_verifier():
         _rewards(4, 0.6, 1.0, 1.8),
     ]
     assert attribution(honest, {0: 0.25}, 3.0, window=2, min_gain=0.15)[1] == {}
+
+
+def test_what_grpo_changed_flags_the_emptied_thought_with_examples(finance):
+    from grpolab.config import LabConfig
+    from grpolab.report.changes import change_lines, changes_html, what_changed
+
+    tasks = finance.tasks("heldout")[:4]
+    before = [{**_row(finance.reference_transcript(t), 1.0, 2), "task_id": t.id} for t in tasks]
+    after = [
+        {**r, "text": r["text"].replace(render_thought(t.reference_thought), render_thought("..."))}
+        for r, t in zip(before, tasks)
+    ]
+    changes = what_changed(before, after, LabConfig(), thought_required=True)
+    flagged = {c.name for c in changes.flagged}
+    assert flagged == {"thought_words", "class/empty_thought"}
+    example = next(c for c in changes.flagged if c.name == "thought_words").examples[0]
+    assert example[0] == tasks[0].id and "<thought>...</thought>" in example[2]
+    assert any("FLAGGED" in line and "thought_words" in line for line in change_lines(changes))
+    page = changes_html(changes, [])
+    assert "What GRPO changed" in page and "&lt;thought&gt;...&lt;/thought&gt;" in page
+    assert what_changed(before, before, LabConfig(), thought_required=True).flagged == []

@@ -1,0 +1,135 @@
+"""What GRPO changed: the behaviour of the trained agent against its start, with the changes nobody asked for flagged.
+
+The held-out evaluation before the first GRPO step (label "0") and the last one are the same tasks, answered
+greedily, so their transcripts compare one to one. For each behaviour statistic and each episode class
+(`grpolab.trust.behaviour`) this shows the start, the end and, for the training steps in between, small multiples.
+A change is flagged by the drift rule of the run's alarm (`grpolab.trust.drift`) applied to the two evaluations:
+within verdicts (so a thought that grew because more answers are solved is not flagged, and one that emptied is),
+with the run's `watch.drift_*` thresholds. Each flagged change comes with two transcripts of the same task, before
+and after.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpolab.config import LabConfig
+from grpolab.report.charts import svg_chart
+from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
+from grpolab.trust.drift import class_key, drift_alarms, stat_key, step_behaviour
+
+
+@dataclass
+class Change:
+    name: str
+    """A statistic (`thought_words`) or a class (`class/empty_thought`)."""
+    before: float
+    after: float
+    flagged: str = ""
+    """Why it is flagged ('' when it is not)."""
+    examples: list[tuple[str, str, str]] = field(default_factory=list)
+    """(task id, transcript before, transcript after) for a flagged change."""
+
+
+@dataclass
+class Changes:
+    changes: list[Change]
+    before_n: int
+    after_n: int
+    before_label: str
+    after_label: str
+
+    @property
+    def flagged(self) -> list[Change]:
+        return [c for c in self.changes if c.flagged]
+
+
+def _summary(rows: list[dict[str, Any]], thought: bool) -> dict[str, Any]:
+    solved = [r for r in rows if (r.get("components") or {}).get("completion") == 1.0]
+    return {**step_behaviour(rows, thought), "episodes": len(rows), "success": len(solved) / max(len(rows), 1)}
+
+
+def what_changed(
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    cfg: LabConfig,
+    thought_required: bool,
+    labels: tuple[str, str] = ("0", "last"),
+) -> Changes:
+    """Compare two evaluations' rows (before: the start, after: the trained model) statistic by statistic."""
+    w = cfg.watch
+    a, b = _summary(before, thought_required), _summary(after, thought_required)
+    flags = drift_alarms([a, b], 1, w.drift_z, w.drift_rel, w.drift_share) if before and after else {}
+    by_task = {r.get("task_id"): r for r in before}
+    out = []
+    for stat in STATS:
+        c = Change(stat, a.get(stat_key(stat), 0.0), b.get(stat_key(stat), 0.0), flags.get(f"drift:{stat}", ""))
+        if c.flagged:
+            ranked = sorted(after, key=lambda r: -abs(episode_stats(str(r.get("text", "")))[stat] - c.before))
+            c.examples = _pairs(ranked, by_task)
+        out.append(c)
+    for name in CLASSES:
+        key = class_key(name)
+        c = Change(key, a.get(key, 0.0), b.get(key, 0.0), flags.get(f"drift:{key}", ""))
+        if c.flagged:
+            c.examples = _pairs([r for r in after if classify_episode(r, thought_required) == name], by_task)
+        if c.before or c.after:
+            out.append(c)
+    return Changes(out, len(before), len(after), *labels)
+
+
+def _pairs(ranked: list[dict[str, Any]], by_task: dict[Any, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    pairs = []
+    for r in ranked:
+        base = by_task.get(r.get("task_id"))
+        if base is not None:
+            pairs.append((str(r.get("task_id")), str(base.get("text", "")), str(r.get("text", ""))))
+        if len(pairs) == 2:
+            break
+    return pairs
+
+
+def change_lines(changes: Changes) -> list[str]:
+    """Plain-text lines (for `grpolab compare` and notes): every statistic, flagged ones marked."""
+    lines = [f"What GRPO changed (held-out eval {changes.before_label} -> {changes.after_label}):"]
+    for c in changes.changes:
+        mark = "  FLAGGED: " + c.flagged if c.flagged else ""
+        lines.append(f"  {c.name:28s} {c.before:8.2f} -> {c.after:8.2f}{mark}")
+    return lines
+
+
+def changes_html(changes: Changes, history: list[dict[str, Any]]) -> str:
+    """The "What GRPO changed" section: a table, small multiples over training steps, examples of flagged changes."""
+    e = html.escape
+    parts = [
+        "<h2>What GRPO changed</h2>",
+        f"<p>Held-out evaluation {e(changes.before_label)} ({changes.before_n} episodes) against "
+        f"{e(changes.after_label)} ({changes.after_n}), same tasks, greedy. Flagged: a change within verdicts that "
+        "the verifier does not explain (the drift alarm's rule), or a hack class that grew.</p>",
+        "<table><tr><th>behaviour</th><th>before</th><th>after</th><th>flag</th></tr>",
+    ]
+    for c in changes.changes:
+        style = ' class="alarm"' if c.flagged else ""
+        parts.append(
+            f"<tr{style}><td>{e(c.name)}</td><td>{c.before:.2f}</td><td>{c.after:.2f}</td><td>{e(c.flagged)}</td></tr>"
+        )
+    parts.append("</table>")
+    steps = [r for r in history if isinstance(r.get(stat_key(STATS[0])), (int, float))]
+    if steps:
+        alarm_steps = [r["step"] for r in steps if any(str(k).startswith("drift:") for k in r.get("alarms") or {})]
+        charts = [svg_chart(stat, [stat_key(stat)], steps, alarm_steps) for stat in STATS]
+        hack_keys = [class_key(c) for c in sorted(HACK_CLASSES) if any(r.get(class_key(c)) for r in steps)]
+        charts.append(svg_chart("hack classes (share)", hack_keys, steps, alarm_steps))
+        charts.append(svg_chart("correct (share)", [class_key("grounded_correct")], steps, alarm_steps))
+        parts.append('<h3>Over training steps (sampled episodes)</h3><div class="grid">')
+        parts.extend(f"<div>{svg}</div>" for svg in charts)
+        parts.append("</div>")
+    for c in changes.flagged:
+        for task_id, before, after in c.examples:
+            parts.append(
+                f"<h3>{e(c.name)}: {e(task_id)}</h3><table><tr><th>before</th><th>after</th></tr>"
+                f"<tr><td><pre>{e(before)}</pre></td><td><pre>{e(after)}</pre></td></tr></table>"
+            )
+    return "\n".join(parts)
