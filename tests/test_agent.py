@@ -15,7 +15,6 @@ from grpolab.agent.export import export_run, exported_config, load_exported
 from grpolab.agent.gguf import permute_qk, write_gguf
 from grpolab.config import load_config
 from grpolab.engine.evaluate import evaluate
-from grpolab.engine.loop import train
 from grpolab.engine.policy import load_run_policy
 from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.envs import env_for
@@ -25,6 +24,7 @@ from grpolab.models import load_model
 from grpolab.protocol import parse_call, render_tool_response
 from grpolab.rewards.components import register_reward, unregister_reward
 from grpolab.rewards.replay import respond_to_call
+from grpolab.run.loop import train
 from tests.test_formats import HERMES, LLAMA3
 
 TINY_RUN = {
