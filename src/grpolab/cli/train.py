@@ -99,7 +99,7 @@ def eval_(
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
-        policy, tokenizer, cfg = load_run_policy(run)
+        policy, tokenizer, cfg, _ = load_run_policy(run)
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
         if category:  # or on other categories (e.g. BFCL's live_* ones, never trained on)
