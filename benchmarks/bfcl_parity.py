@@ -318,7 +318,7 @@ def model_cases(
     """Greedy held-out outputs of the embedded model after a short SFT warm start on the non-live train split."""
     from grpolab.config import load_config
     from grpolab.engine.evaluate import evaluate
-    from grpolab.engine.loop import build_policy
+    from grpolab.engine.policy import build_policy
     from grpolab.engine.sft import sft_warm_start
     from grpolab.envs.bfcl.data import CATEGORIES, is_live
     from grpolab.rewards.replay import replay

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/learning.py [--seeds 0 1 2] [--config src/grpolab/configs/demo.toml]
                                             [--eval-limit 40] [--steps N] [--full-sft-steps 40] [--arms ...]
 
-Every arm runs the real pipeline (`grpolab.engine.loop.train`) on the embedded SmolLM2-135M-Instruct (fp32) with the
+Every arm runs the real pipeline (`grpolab.run.loop.train`) on the embedded SmolLM2-135M-Instruct (fp32) with the
 given config (default: the demo's, finance pct_change), `--steps` GRPO steps (default: the config's), and is
 evaluated greedily on the same `--eval-limit` held-out tasks (a fixed shuffle mixing the config's task kinds;
 companies never seen in training) with the strict verifier. A run directory that already holds a finished run of
@@ -40,7 +40,7 @@ BOOTSTRAP = 2000
 
 
 def run_arm(config: Path, out: Path, overrides: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
-    from grpolab.engine.loop import train
+    from grpolab.run.loop import train
 
     cfg = load_config(config, overrides)
     done = out / "benchmark.json"

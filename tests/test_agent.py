@@ -15,7 +15,6 @@ from grpolab.agent.export import export_run, exported_config, load_exported
 from grpolab.agent.gguf import permute_qk, write_gguf
 from grpolab.config import load_config
 from grpolab.engine.evaluate import evaluate
-from grpolab.engine.loop import train
 from grpolab.engine.policy import load_run_policy
 from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.envs import env_for
@@ -25,6 +24,7 @@ from grpolab.models import load_model
 from grpolab.protocol import parse_call, render_tool_response
 from grpolab.rewards.components import register_reward, unregister_reward
 from grpolab.rewards.replay import respond_to_call
+from grpolab.run.loop import train
 from tests.test_formats import HERMES, LLAMA3
 
 TINY_RUN = {
@@ -64,7 +64,7 @@ def rows(episodes):
 
 
 def test_export_reloads_with_plain_transformers_and_gives_the_same_heldout_results(trained_run, exported):
-    policy, tok, cfg = load_run_policy(trained_run)
+    policy, tok, cfg, _ = load_run_policy(trained_run)
     env = env_for(cfg)
     run_summary, run_eps = evaluate(policy, tok, env, cfg)
     model, tokenizer = load_exported(exported.out)  # AutoModelForCausalLM / AutoTokenizer.from_pretrained(DIR)
@@ -85,7 +85,7 @@ def test_export_folder_has_tokenizer_chat_template_and_greedy_generation_config(
     files = {p.name for p in exported.out.iterdir()}
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json"} <= files
     assert {"grpolab.json", "README.md", "gguf"} <= files and exported.gguf == exported.out / "gguf/agent.f32.gguf"
-    _, tok, cfg = load_run_policy(trained_run)
+    _, tok, cfg, _ = load_run_policy(trained_run)
     _, tokenizer = load_exported(exported.out)
     messages = env_for(cfg).messages(env_for(cfg).tasks("heldout")[0])
     render = lambda t: t.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)  # noqa: E731

@@ -102,7 +102,7 @@ def test_a_template_that_ignores_tools_is_refused(tokenizer, finance):
 
 def test_a_chat_template_run_trains_end_to_end(tmp_path):
     """A local model folder whose tokenizer carries a Hermes-style template: SFT, GRPO, evaluation, report."""
-    from grpolab.engine.loop import train
+    from grpolab.run.loop import train
 
     tok = load_tokenizer()
     original = tok.chat_template

@@ -125,7 +125,7 @@ def test_out_on_a_read_only_mount_exits_2(tmp_path, small_config):
 
 
 def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys):
-    from grpolab.engine.loop import train
+    from grpolab.run.loop import train
 
     out = tmp_path / "run"
     train(load_config(None, {**SMALL, "train.steps": 3, "train.checkpoint_every": 1}), out, quiet=True)

@@ -184,7 +184,7 @@ def test_existing_run_dir_is_not_overwritten(tmp_path, grpolab_process):
 
 
 def test_a_run_can_start_from_another_runs_warm_start(tmp_path):
-    from grpolab.engine.loop import train
+    from grpolab.run.loop import train
 
     base = {**SMALL, "env": "arithmetic", "train.steps": 1, "train.eval_limit": 1}
     first = train(load_config(None, {**base, "train.sft_steps": 1}), tmp_path / "a", quiet=True)

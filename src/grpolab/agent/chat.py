@@ -32,9 +32,14 @@ from typing import Any, Literal
 
 import torch
 
+from grpolab.agent.export import merged_model
 from grpolab.config import LabConfig
-from grpolab.envs.base import Environment, Task
+from grpolab.engine.policy import load_run_policy
+from grpolab.engine.rollout import Episode, SamplingSettings, TurnRules, sample_next
+from grpolab.envs import env_for
+from grpolab.envs.base import Environment, Task, question_task
 from grpolab.errors import UserError
+from grpolab.models import cache_keyword, cache_of, load_model
 from grpolab.protocol import parse_transcript, response_json
 
 EventKind = Literal["delta", "thought", "text", "tool_call", "tool_response", "answer", "error"]
@@ -93,9 +98,7 @@ class ChatSettings:
         base = cls(r.max_new_tokens, r.max_turns, seed=cfg.seed, format=r.format, tool_syntax=r.tool_syntax)
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
-    def sampling(self) -> Any:
-        from grpolab.engine.rollout import SamplingSettings
-
+    def sampling(self) -> SamplingSettings:
         greedy = self.temperature <= 0
         temperature = 1.0 if greedy else self.temperature
         return SamplingSettings(
@@ -140,18 +143,12 @@ class ChatSession:
     @classmethod
     def from_run(cls, run: Path, **overrides: Any) -> ChatSession:
         """The agent of a run directory at its latest checkpoint (LoRA merged, as `export-model` writes it)."""
-        from grpolab.agent.export import load_run_checkpoint, merged_model
-        from grpolab.envs import env_for
-
-        policy, tokenizer, cfg, _ = load_run_checkpoint(run)
+        policy, tokenizer, cfg, _ = load_run_policy(run)
         return cls(merged_model(policy), tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides))
 
     @classmethod
     def from_config(cls, cfg: LabConfig, **overrides: Any) -> ChatSession:
         """cfg.model (smollm2, tiny, an HF id or an exported folder) with cfg.env's tools and prompt."""
-        from grpolab.envs import env_for
-        from grpolab.models import load_model
-
         model, tokenizer = load_model(cfg.model, seed=cfg.seed)
         return cls(model, tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides))
 
@@ -166,8 +163,6 @@ class ChatSession:
 
     def _rules(self) -> Any:
         """The rollout's turn logic (stops, call detection, tool execution, splicing) for the current settings."""
-        from grpolab.engine.rollout import TurnRules
-
         if self.settings.keep_history and self.settings.format != "inline":
             raise UserError("keep_history works with rollout.format = inline only", "ask each question on its own")
         return TurnRules(self.tokenizer, self.env, self.settings.sampling())
@@ -183,9 +178,6 @@ class ChatSession:
     @torch.no_grad()
     def send(self, question: str, deltas: bool = False) -> Iterator[ChatEvent]:
         """Run one episode for `question`, yielding events as they happen; the last one is always `answer`."""
-        from grpolab.engine.rollout import Episode, sample_next
-        from grpolab.models import cache_keyword, cache_of
-
         self._turns = self._rules()  # settings may have changed since the last question
         task = question_task(question)
         e = Episode(task, 0, self._prompt_ids(task))
@@ -252,8 +244,3 @@ class ChatSession:
         if self.settings.keep_history:
             self.history += [{"role": "user", "content": e.task.prompt}, {"role": "assistant", "content": transcript}]
         yield ChatEvent("answer", text=parse_transcript(transcript).final_answer, stop=e.stop_reason)
-
-
-def question_task(question: str) -> Task:
-    """A question as a Task-less episode: no ground truth, no reference; only its prompt is read."""
-    return Task(id="chat", prompt=question, answer="", truth=None, kind="chat")

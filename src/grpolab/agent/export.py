@@ -30,8 +30,13 @@ import torch
 
 from grpolab.agent.gguf import CONVERT_HINT, GGUF_TYPES, GGUFType, gguf_problem, write_gguf
 from grpolab.config import LabConfig, config_to_dict
+from grpolab.engine.evaluate import evaluate
+from grpolab.engine.policy import load_run_policy
+from grpolab.envs import env_for
+from grpolab.envs.base import question_task
 from grpolab.errors import UserError
-from grpolab.rundir import RunDir
+from grpolab.formats import stop_token_ids
+from grpolab.metrics import heldout_summary
 
 MANIFEST = "grpolab.json"
 GGUF_DIR = "gguf"
@@ -80,25 +85,7 @@ def merged_model(policy: Any) -> Any:
 
 
 def stop_ids(tokenizer: Any) -> list[int]:
-    from grpolab.formats import stop_token_ids
-
     return sorted(stop_token_ids(tokenizer))
-
-
-def load_run_checkpoint(run: Path) -> tuple[Any, Any, LabConfig, int]:
-    """(policy, tokenizer, config, step) of a run at its newest intact checkpoint (`engine.policy.load_run_policy`,
-    which does not say which step it loaded)."""
-    from grpolab.engine.policy import build_policy
-
-    rundir = RunDir(run)
-    cfg = rundir.read_config()
-    if not rundir.checkpoints():
-        raise UserError(f"{run} has no checkpoint", "train it first (grpolab train --out ...)")
-    policy, tokenizer, _ = build_policy(cfg, rundir.warm_start())
-    state = rundir.load_checkpoint(policy, None)
-    if state is None:
-        raise UserError(f"{run} has no intact checkpoint", "train it again, or resume it to write a new one")
-    return policy, tokenizer, cfg, int(state["step"])
 
 
 def check_out_dir(out: Path) -> None:
@@ -191,10 +178,6 @@ def export_run(
     With `check`, the run's policy and the reloaded folder are both evaluated greedily on the held-out tasks
     (`check_limit` of them, default the run's eval_limit) and their transcripts compared.
     """
-    from grpolab.agent.chat import question_task
-    from grpolab.engine.evaluate import evaluate
-    from grpolab.envs import env_for
-
     t0 = time.perf_counter()
     check_out_dir(out)
     if gguf and gguf_type not in GGUF_TYPES:
@@ -205,7 +188,7 @@ def export_run(
     tmp.mkdir()
     t_check, before, info = 0.0, None, None
     try:
-        policy, tokenizer, cfg, step = load_run_checkpoint(run)
+        policy, tokenizer, cfg, step = load_run_policy(run)
         problem = gguf_problem(policy, tokenizer) if gguf else None  # before any slow work
         if problem:
             raise UserError(f"cannot write {run} as GGUF: {problem}", CONVERT_HINT)
@@ -258,9 +241,6 @@ def compare_heldout(
     run_episodes: list[Any], out: Path, env: Any, cfg: LabConfig, limit: int | None = None
 ) -> HeldoutCheck:
     """Evaluate the exported folder greedily and compare it with the run policy's held-out episodes."""
-    from grpolab.engine.evaluate import evaluate
-    from grpolab.metrics import heldout_summary
-
     t0 = time.perf_counter()
     model, tokenizer = load_exported(out)
     summary, episodes = evaluate(model, tokenizer, env, cfg, limit=limit)

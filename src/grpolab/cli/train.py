@@ -52,7 +52,7 @@ def train(
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
     from pydantic import ValidationError
 
-    from grpolab.engine.loop import train as run_training
+    from grpolab.run.loop import train as run_training
     from grpolab.rundir import RunDir
 
     if resume is not None:
@@ -99,7 +99,7 @@ def eval_(
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
-        policy, tokenizer, cfg = load_run_policy(run)
+        policy, tokenizer, cfg, _ = load_run_policy(run)
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
         if category:  # or on other categories (e.g. BFCL's live_* ones, never trained on)
@@ -127,7 +127,7 @@ def demo(
 ) -> None:
     """Everything on the embedded model: the base model's held-out score, a short SFT seeding, GRPO, the held-out
     score after it, with the convergence of the real run (reward, KL, tool-token mass per step)."""
-    from grpolab.engine.loop import train as run_training
+    from grpolab.run.loop import train as run_training
 
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
     if out.exists() and (out / "metrics.jsonl").exists():

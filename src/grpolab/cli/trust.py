@@ -98,19 +98,6 @@ def _print(report: dict) -> None:
     console.print(f"recommendation: {learn['recommendation']}")
 
 
-def _policy_for(spec: str, cfg_default):
-    """A model by lab name or a run directory (its latest checkpoint); 'base' = the run's base model."""
-    from grpolab.engine.policy import load_run_policy
-    from grpolab.models import load_model
-    from grpolab.rundir import RunDir
-
-    path = Path(spec)
-    if RunDir(path).is_run():
-        return load_run_policy(path)
-    model, tok = load_model(spec, seed=cfg_default.seed)
-    return model, tok, cfg_default
-
-
 def compare(
     run: Annotated[str, typer.Option("--run", help="Trained run directory (or a model name).")],
     against: Annotated[str, typer.Option("--against", help="'base', another run directory, or a model name.")] = "base",
@@ -121,15 +108,13 @@ def compare(
 ) -> None:
     """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
     from grpolab.engine.evaluate import evaluate
+    from grpolab.engine.policy import load_policy
     from grpolab.envs import env_for
     from grpolab.metrics import episode_row
 
     base_cfg = resolve_config(config)
-    right_model, right_tok, cfg = _policy_for(run, base_cfg)
-    if against == "base":
-        left_model, left_tok, _ = _policy_for(cfg.model, cfg)
-    else:
-        left_model, left_tok, _ = _policy_for(against, cfg)
+    right_model, right_tok, cfg = load_policy(run, base_cfg)  # a run brings its own config
+    left_model, left_tok, _ = load_policy(cfg.model if against == "base" else against, cfg)
     env = env_for(cfg)
     left_sum, left_eps = evaluate(left_model, left_tok, env, cfg, "heldout", limit)
     right_sum, right_eps = evaluate(right_model, right_tok, env, cfg, "heldout", limit)

@@ -1,1 +1,1 @@
-"""The native GRPO engine: rollout, log-probs, the GRPO math, trainer, SFT, evaluation and the run loop."""
+"""The native GRPO engine: rollout, log-probs, the GRPO math, trainer, SFT and evaluation (the run loop is `run`)."""

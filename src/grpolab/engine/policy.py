@@ -56,11 +56,25 @@ def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, A
     return with_lora(model, cfg), tokenizer, None
 
 
-def load_run_policy(path: Path) -> tuple[Any, Any, LabConfig]:
-    """(policy, tokenizer, config) of a run directory at its latest checkpoint (SFT warm start included)."""
+def load_run_policy(path: Path) -> tuple[Any, Any, LabConfig, int]:
+    """(policy, tokenizer, config, step) of a run directory at its newest intact checkpoint (SFT warm start
+    included): the one way from a run to its policy (eval, compare, export, chat)."""
     run = RunDir(path)
     cfg = run.read_config()
+    if not run.checkpoints():
+        raise UserError(f"{path} has no checkpoint", "train it first (grpolab train --out ...), or name a model")
     model, tokenizer, _ = build_policy(cfg, run.warm_start())
-    if run.load_checkpoint(model, None) is None:
-        raise UserError(f"{path} has no checkpoint", "train it first, or evaluate a model with --model")
+    state = run.load_checkpoint(model, None)
+    if state is None:
+        raise UserError(f"{path} has no intact checkpoint", "train it again, or resume it to write a new one")
+    return model, tokenizer, cfg, int(state["step"])
+
+
+def load_policy(spec: str, cfg: LabConfig) -> tuple[Any, Any, LabConfig]:
+    """(policy, tokenizer, config) of a run directory (its newest checkpoint and its own config) or of a model by
+    name (smollm2, tiny, an HF id or a folder, with `cfg`)."""
+    path = Path(spec)
+    if RunDir(path).is_run():
+        return load_run_policy(path)[:3]
+    model, tokenizer = load_model(spec, seed=cfg.seed)
     return model, tokenizer, cfg

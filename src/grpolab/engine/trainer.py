@@ -1,6 +1,6 @@
 """One native GRPO step: prompts -> groups -> rewards -> advantages -> mu update epochs -> metrics.
 
-`GRPOTrainer` is the native step source of the run loop (`grpolab.engine.loop`); evaluation, alarms, checkpoints
+`GRPOTrainer` is the native step source of the run loop (`grpolab.run.loop`); evaluation, alarms, checkpoints
 and the run directory are the loop's. Prompts and sampling seeds are derived from (seed, step), so a resumed run
 redoes a step exactly as the killed run would have. A step whose rewards or loss are not finite is skipped (no
 update) and recorded as skipped.
@@ -87,7 +87,9 @@ class _Totals:
 
 
 class GRPOTrainer:
-    """Owns the policy, its optimizer and the reference; `step(n)` does one full GRPO iteration."""
+    """Owns the policy, its optimizer and the reference; `step(n)` does one full GRPO iteration.
+
+    The native step source of the run loop: `run`, `state`, `restore`, `model`, `tokenizer`, `optimizer`."""
 
     def __init__(self, model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, reference: Any = None):
         self.model, self.tokenizer, self.env, self.cfg = model, tokenizer, env, cfg
@@ -286,8 +288,11 @@ class GRPOTrainer:
                 return
 
     def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides weights and optimizer: the torch RNG (prompts and seeds come from the
+        step number)."""
         return {"torch_rng": torch.get_rng_state().tolist()}
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint's `state()`."""
         if "torch_rng" in state:
             torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))

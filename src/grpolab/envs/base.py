@@ -41,6 +41,12 @@ class Task:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def question_task(question: str) -> Task:
+    """A question from a person as a Task-less episode (chat, export): no ground truth, no reference; only its
+    prompt is read."""
+    return Task(id="chat", prompt=question, answer="", truth=None, kind="chat")
+
+
 @dataclass
 class Evidence:
     """What a verifier may look at besides the final answer: the prompt and the real tool traffic."""

@@ -1,17 +1,22 @@
 """The lab config mapped field by field onto TRL's GRPOConfig and peft's LoraConfig, and what TRL cannot express.
 
 Each value carries the lab field it came from; `train --backend trl` and the exported script both use this mapping,
-so the two cannot drift apart.
+so the two cannot drift apart. Every `LabConfig` field is declared in exactly one of `MAPPED` (its value reaches
+TRL), `NOT_APPLICABLE` (the lab's run loop honours it for both backends) or `UNSUPPORTED` (TRL cannot honour it:
+`train --backend trl` refuses a setting that would change the result and notes the rest); a test walks the config
+so that a new field fails until it is classified here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from grpolab.config import LabConfig
+from grpolab.errors import UserError
 from grpolab.models import default_dtype
 
 TRL_VERSION = "1.16.0"
@@ -87,10 +92,128 @@ def lora_settings(cfg: LabConfig) -> list[Setting] | None:
     ]
 
 
+# ---- the fate of every config field on TRL ------------------------------------------------------------------
+
+MAPPED: dict[str, str] = {
+    "env": "the dataset rows and the lab rollout (`prompt_rows`, `LabRollout`)",
+    "model": "the model TRL trains",
+    "seed": "GRPOConfig.seed and the lab rollout's sampling seeds",
+    "task_kinds": "the environment's tasks, hence the dataset rows",
+    "prompt_example": "the environment's system prompt in every dataset row",
+    "data": "the environment's data files, hence the dataset rows",
+    "reward.weights": "reward_weights (one TRL reward function per component)",
+    "reward.length_unit": "the length reward function (the lab's scorer)",
+    "rollout.group_size": "num_generations",
+    "rollout.max_new_tokens": "max_completion_length and the lab rollout's token budget",
+    "rollout.max_turns": "the lab rollout (`rollout_func`)",
+    "rollout.temperature": "temperature and the lab rollout",
+    "rollout.top_p": "top_p and the lab rollout",
+    "rollout.format": "the lab rollout and its prompts",
+    "rollout.tool_syntax": "the lab rollout",
+    "grpo.learning_rate": "learning_rate",
+    "grpo.beta": "beta",
+    "grpo.epsilon": "epsilon",
+    "grpo.epsilon_high": "epsilon_high",
+    "grpo.loss_type": "loss_type",
+    "grpo.scale_rewards": "scale_rewards",
+    "grpo.mu": "num_iterations (and max_steps)",
+    "grpo.max_grad_norm": "max_grad_norm",
+    "lora.enabled": "peft_config (None trains all weights)",
+    "lora.rank": "LoraConfig.r",
+    "lora.alpha": "LoraConfig.lora_alpha",
+    "lora.dropout": "LoraConfig.lora_dropout",
+    "lora.target_modules": "LoraConfig.target_modules",
+    "train.steps": "max_steps",
+    "train.prompts_per_step": "per_device_train_batch_size",
+    "train.checkpoint_every": "save_steps (and the run loop's checkpoints)",
+    "train.trackio": "report_to (and the run loop's progress)",
+}
+"""Fields whose value reaches TRL, and where."""
+
+_RUN_LOOP = "the run loop does it for both backends (the exported script: see `unsupported`)"
+NOT_APPLICABLE: dict[str, str] = {
+    "train.backend": "it chooses TRL",
+    "train.sft_steps": f"the SFT warm start runs before TRL starts; {_RUN_LOOP}",
+    "train.sft_learning_rate": f"SFT warm start; {_RUN_LOOP}",
+    "train.sft_batch_size": f"SFT warm start; {_RUN_LOOP}",
+    "train.eval_every": f"held-out evaluation; {_RUN_LOOP}",
+    "train.eval_limit": f"held-out evaluation; {_RUN_LOOP}",
+    "train.episodes_per_step_logged": f"episodes.jsonl; {_RUN_LOOP}",
+    "grpo.kl_bound": f"the KL alarm on TRL's logged `kl`; {_RUN_LOOP}",
+    "watch.hack_window": f"alarms; {_RUN_LOOP}",
+    "watch.hack_t": f"alarms; {_RUN_LOOP}",
+    "watch.entropy_collapse": f"alarms; {_RUN_LOOP}",
+    "watch.length_runaway": f"alarms; {_RUN_LOOP}",
+    "watch.stop_on_alarm": f"alarms; {_RUN_LOOP}",
+}
+"""Fields TRL never sees because the lab honours them around TRL's steps, and why."""
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A field TRL cannot honour."""
+
+    why: str
+    """What happens on TRL instead."""
+    changes_result: bool
+    """Whether a non-default value trains differently on TRL: `train --backend trl` then refuses it (exit 2)."""
+    fix: str = ""
+    applies: Callable[[LabConfig], bool] | None = None
+    """When the field is in play (default: it is set to a value other than its default)."""
+
+
+UNSUPPORTED: dict[str, Unsupported] = {
+    "rollout.engine": Unsupported(
+        "TRL samples rollouts from the policy itself; the int8 sampler is native-only",
+        changes_result=True,
+        fix="set rollout.engine = 'exact', or train with --backend native",
+    ),
+    "grpo.dynamic_filter": Unsupported(
+        "TRL has no dynamic sampling; every group is kept (zero-variance groups get zero advantage, as with 'off').",
+        changes_result=True,
+        fix="set grpo.dynamic_filter = 'off', or train with --backend native",
+    ),
+    "grpo.is_cap": Unsupported(
+        "it caps the importance weights of int8 rollouts only; TRL samples from the policy itself, so it has "
+        "no effect.",
+        changes_result=False,
+    ),
+    "grpo.kl_metric": Unsupported(
+        "TRL measures the KL only when grpo.beta > 0; with beta = 0 no `kl` is logged (and the KL alarm cannot fire).",
+        changes_result=False,
+        applies=lambda cfg: cfg.grpo.kl_metric and cfg.grpo.beta == 0,
+    ),
+}
+"""Fields TRL cannot honour, with what happens instead."""
+
+
+def field_value(cfg: LabConfig, dotted: str) -> Any:
+    """The value of a config field by its dotted name ("grpo.beta")."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _in_play(cfg: LabConfig, name: str, entry: Unsupported) -> bool:
+    if entry.applies is not None:
+        return entry.applies(cfg)
+    return field_value(cfg, name) != field_value(LabConfig(), name)
+
+
+def refuse_unsupported(cfg: LabConfig) -> None:
+    """UserError (exit 2) for the first setting TRL cannot honour that would change the result of a run."""
+    for name, entry in UNSUPPORTED.items():
+        if entry.changes_result and _in_play(cfg, name, entry):
+            value = field_value(cfg, name)
+            raise UserError(f"{name} = {value!r} is not supported by the trl backend: {entry.why}", entry.fix)
+
+
 def unsupported(cfg: LabConfig, exported: bool = True) -> list[str]:
     """Lab settings TRL cannot express, each with what happens instead (shown in the script and on the terminal).
 
-    `exported=False` is `grpolab train --backend trl`, which keeps the lab's SFT, evaluations and alarms."""
+    `exported=False` is `grpolab train --backend trl`, which keeps the lab's SFT, evaluations and alarms (and has
+    refused, by then, the settings that would change its result)."""
     notes = [
         f"grpo.kl_bound = {cfg.grpo.kl_bound} and watch.*: TRL has no alarms; it logs `kl` each step"
         + (
@@ -105,11 +228,9 @@ def unsupported(cfg: LabConfig, exported: bool = True) -> list[str]:
         "prompt order: TRL's RepeatSampler shuffles the train split with `seed`; the native engine draws its own "
         "order, so the two backends see the same prompts in a different order.",
     ]
-    if cfg.grpo.dynamic_filter != "off":
-        notes.append(
-            f"grpo.dynamic_filter = {cfg.grpo.dynamic_filter!r}: TRL has no dynamic sampling; every group "
-            "is kept (zero-variance groups get zero advantage, as with 'off')."
-        )
+    for name, entry in UNSUPPORTED.items():
+        if _in_play(cfg, name, entry):
+            notes.append(f"{name} = {field_value(cfg, name)!r}: {entry.why}")
     if cfg.train.sft_steps and exported:
         notes.append(
             "train.sft_steps: the warm start runs on TRL's SFTTrainer with the same masked reference "

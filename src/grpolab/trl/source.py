@@ -1,8 +1,11 @@
 """`grpolab train --backend trl`: TRL's GRPOTrainer as a step source of the lab's run loop.
 
 The SFT warm start, the held-out evaluations, the alarms, checkpoints and the run directory are the run loop's
-(`grpolab.engine.loop`), shared with the native backend; only the GRPO steps run on TRL. A TRL callback turns each
+(`grpolab.run.loop`), shared with the native backend; only the GRPO steps run on TRL. A TRL callback turns each
 lab step's log row (one per `grpo.mu` optimizer steps) into a lab metrics row and hands it to the loop.
+
+Settings TRL cannot honour are refused (`trl.settings.refuse_unsupported`) before the model is loaded; the loop
+prints the notes for the rest before the run starts. A TRL run cannot be resumed (`restore` says so).
 """
 
 from __future__ import annotations
@@ -14,20 +17,23 @@ from grpolab.config import LabConfig
 from grpolab.engine.policy import apply_warm_start
 from grpolab.engine.trainer import StepResult
 from grpolab.envs.base import Environment
+from grpolab.errors import UserError
 from grpolab.models import load_model
 from grpolab.rewards.score import score_episodes
 from grpolab.rundir import RunDir
 from grpolab.trl.backend import build_trl_trainer, lab_metrics, require_trl
-from grpolab.trl.settings import unsupported
+from grpolab.trl.settings import refuse_unsupported
 
 
 class TrlSource:
-    """GRPO steps made by TRL on the run's (warm-started) model; `model` is the policy being trained."""
+    """GRPO steps made by TRL on the run's (warm-started) model; `model` is the policy being trained.
+
+    A `grpolab.run.sources.StepSource`."""
 
     def __init__(self, cfg: LabConfig, run: RunDir, env: Environment):
         require_trl()
+        refuse_unsupported(cfg)
         self.cfg, self.env = cfg, env
-        self.notes = [f"trl backend: {line}" for line in unsupported(cfg, exported=False)]
         model, self.tokenizer = load_model(cfg.model, seed=cfg.seed)
         warm = run.warm_start()
         if warm is not None:
@@ -48,6 +54,10 @@ class TrlSource:
 
     def state(self) -> dict[str, Any]:
         return {"backend": "trl"}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """TRL keeps its own trainer state (scheduler, sampler position) outside the lab's checkpoints."""
+        raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
 
     def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
         from transformers import TrainerCallback

@@ -3,61 +3,34 @@
     probes -> (base eval -> SFT warm start) -> eval 0 -> checkpoint 0 -> steps -> report
                                                     each step: eval when due -> alarms -> rows -> checkpoint
 
-Two step sources plug in: the native engine (`grpolab.engine.trainer.GRPOTrainer`) and TRL's GRPOTrainer
-(`grpolab.trl.source.TrlSource`). A source runs steps and hands each finished one to `on_step`; everything the
-run directory holds (evaluations, alarms, metrics and episode rows, checkpoints, stop requests) is decided here.
+Two step sources plug in (`grpolab.run.sources`): the native engine (`grpolab.engine.trainer.GRPOTrainer`) and
+TRL's GRPOTrainer (`grpolab.trl.source.TrlSource`). A source runs steps and hands each finished one to `on_step`;
+everything the run directory holds (evaluations, alarms, metrics and episode rows, checkpoints, stop requests) is
+decided here.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from grpolab.config import LabConfig
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import build_policy
-from grpolab.engine.progress import Progress
 from grpolab.engine.sft import sft_warm_start
-from grpolab.engine.trainer import GRPOTrainer, StepResult
+from grpolab.engine.trainer import StepResult
 from grpolab.envs import Environment, env_for
-from grpolab.errors import UserError
 from grpolab.formats import checked_format
 from grpolab.metrics import episode_row
 from grpolab.models import load_tokenizer, token_counter
+from grpolab.report.html import render_report
+from grpolab.run.progress import Progress
+from grpolab.run.sources import backend_notes, make_source
 from grpolab.rundir import RunDir
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.preflight import probe_report
-
-
-class StepSource(Protocol):
-    """Where GRPO steps come from. `model`/`optimizer` are what evaluation and checkpoints use."""
-
-    model: Any
-    tokenizer: Any
-    optimizer: Any
-
-    def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
-        """Make steps `first`..`last`, calling `on_step` after each; stop early when it returns True."""
-        ...
-
-    def state(self) -> dict[str, Any]: ...
-
-
-def native_source(cfg: LabConfig, run: RunDir, env: Environment) -> GRPOTrainer:
-    """The native engine, starting from the run's warm start (policy and frozen reference both)."""
-    model, tokenizer, reference = build_policy(cfg, run.warm_start())
-    return GRPOTrainer(model, tokenizer, env, cfg, reference)
-
-
-def make_source(cfg: LabConfig, run: RunDir, env: Environment) -> StepSource:
-    if cfg.train.backend == "trl":
-        from grpolab.trl.source import TrlSource
-
-        return TrlSource(cfg, run, env)
-    return native_source(cfg, run, env)
 
 
 def summary_line(summary: dict[str, float]) -> str:
@@ -110,23 +83,24 @@ def train(
 
     `warm_start`: another run directory whose SFT warm start this run starts from (its SFT is skipped), so that
     experiments varying only GRPO settings share one warm start."""
+    notes = backend_notes(cfg)  # before anything is written: a setting the backend cannot honour is refused here
     # claimed for the whole run: a second trainer on `out` gets a UserError naming this process
     run = RunDir.open_to_resume(out) if resume else RunDir.create(out, cfg)
     run.clear_stop()  # a stale stop request from an earlier process must not end this one
     env = env_for(cfg)
     progress = Progress(cfg, quiet)
+    for note in notes:
+        progress.note(note)
     for note in run.set_aside_damaged_checkpoints() if resume else []:
         progress.note(note)  # resume falls back to the newest intact checkpoint
     state = None
     if resume and run.checkpoints():
-        if cfg.train.backend == "trl":
-            raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
-        source: StepSource = native_source(cfg, run, env)
+        source = make_source(cfg, run, env)
         state = run.load_checkpoint(source.model, source.optimizer)
         if state is None:
             progress.note(f"no checkpoint of {out} could be loaded: starting it over")
     if state is not None:
-        source.restore(state)  # type: ignore[attr-defined]
+        source.restore(state)  # a source that cannot resume (trl) says so here
         start = int(state["step"])
         run.rewind(start)
         progress.note(f"resumed {out} from step {start}")
@@ -174,8 +148,6 @@ def train(
     progress.start(steps, start)
     source.run(start + 1, steps, on_step)
     progress.stop()
-    from grpolab.report.html import render_report
-
     progress.note(f"report: {render_report(run.path)}")
     run.release()
     return run
