@@ -30,6 +30,7 @@ from grpolab.run.progress import Progress
 from grpolab.run.sources import backend_notes, make_source
 from grpolab.rundir import RunDir
 from grpolab.trust.alarms import AlarmWatch
+from grpolab.trust.drift import step_behaviour
 from grpolab.trust.preflight import probe_report
 
 
@@ -50,7 +51,7 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     fmt = checked_format(tokenizer, env, cfg.rollout.format, cfg.rollout.tool_syntax)
     probes = probe_report(env, cfg, token_counter(tokenizer))
     run.write_json("preflight.json", probes)
-    for line in probes["gameable"]:
+    for line in [*probes["gameable"], *probes["shortcuts_paid"]]:
         progress.note(line)
     iso = probes.get("isolation")
     if iso and iso["level"] != "strong":
@@ -131,9 +132,11 @@ def train(
             summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
             _record_eval(run, str(step), summary, episodes)
             m.update(summary)
+        rows = [episode_row(e, step) for e in result.episodes if e.score is not None]
+        m.update(step_behaviour(rows, env.thought_required))  # what the episodes do: the drift alarm reads it
         m.update(watch.check(m))
         run.append_metrics(m)
-        run.append_episodes([episode_row(e, step) for e in result.episodes[: cfg.train.episodes_per_step_logged]])
+        run.append_episodes(rows[: cfg.train.episodes_per_step_logged])
         alarm_stop = bool(m["alarms"]) and cfg.watch.stop_on_alarm
         asked = run.stop_requested()
         if step % cfg.train.checkpoint_every == 0 or last or alarm_stop or asked:

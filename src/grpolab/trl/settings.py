@@ -103,6 +103,7 @@ MAPPED: dict[str, str] = {
     "data": "the environment's data files, hence the dataset rows",
     "reward.weights": "reward_weights (one TRL reward function per component)",
     "reward.length_unit": "the length reward function (the lab's scorer)",
+    "reward.thought_min_words": "the format reward function (the lab's scorer)",
     "rollout.group_size": "num_generations",
     "rollout.max_new_tokens": "max_completion_length and the lab rollout's token budget",
     "rollout.max_turns": "the lab rollout (`rollout_func`)",
@@ -145,6 +146,11 @@ NOT_APPLICABLE: dict[str, str] = {
     "watch.entropy_collapse": f"alarms; {_RUN_LOOP}",
     "watch.length_runaway": f"alarms; {_RUN_LOOP}",
     "watch.stop_on_alarm": f"alarms; {_RUN_LOOP}",
+    "watch.drift_window": f"drift alarm and reward attribution; {_RUN_LOOP}",
+    "watch.drift_z": f"drift alarm; {_RUN_LOOP}",
+    "watch.drift_rel": f"drift alarm; {_RUN_LOOP}",
+    "watch.drift_share": f"drift alarm; {_RUN_LOOP}",
+    "watch.attribution_min": f"reward attribution; {_RUN_LOOP}",
 }
 """Fields TRL never sees because the lab honours them around TRL's steps, and why."""
 
