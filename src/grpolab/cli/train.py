@@ -129,9 +129,10 @@ def demo(
     """Everything on the embedded model: the base model's held-out score, a short SFT seeding, GRPO, the held-out
     score after it, with the convergence of the real run (reward, KL, tool-token mass per step)."""
     from grpolab.engine.loop import train as run_training
+    from grpolab.rundir import RunDir
 
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
-    if out.exists() and (out / "metrics.jsonl").exists():
+    if RunDir(out).has_steps():
         out = out.with_name(f"{out.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
     run = run_training(cfg, out, quiet=quiet)
