@@ -57,7 +57,7 @@ def run_arm(config: Path, out: Path, overrides: dict[str, Any], fresh: bool = Fa
     run = RunDir(out)
     last = run.eval_labels()[-1]
     metrics = run.metrics()
-    sft = run.artifact("sft.json") or {}
+    sft = run.sft() or {}
     return {
         "minutes": minutes,
         "grpo_seconds": sum(m.get("perf/step_s", 0.0) for m in metrics),

@@ -6,8 +6,9 @@ import pytest
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
 from grpolab.trust.attribution import attribution
 from grpolab.trust.behaviour import classify_episode, episode_stats
-from grpolab.trust.drift import class_key, drift_alarms, stat_key, step_behaviour
+from grpolab.trust.drift import drift_alarms, step_behaviour
 from grpolab.trust.shortcuts import SHORTCUTS, run_shortcuts
+from grpolab.vocabulary import behaviour_key, class_key
 
 
 def count(text: str) -> int:
@@ -92,10 +93,10 @@ def test_the_classifier_names_the_shortcuts(finance, acme):
 def _step(step, success, thought, thought_solved=None, sd=3.0, empty=0.0):
     row = {"step": step, "episodes": 16, "success": success, class_key("empty_thought"): empty}
     for stat in ("thought_words", "calls", "distinct_calls", "answer_words", "answer_numbers", "repeated_ngrams"):
-        row[stat_key(stat)], row[stat_key(stat, "sd")] = 1.0, 0.5
-    row[stat_key("thought_words")], row[stat_key("thought_words", "sd")] = thought, sd
+        row[behaviour_key(stat)], row[behaviour_key(stat, "sd")] = 1.0, 0.5
+    row[behaviour_key("thought_words")], row[behaviour_key("thought_words", "sd")] = thought, sd
     if thought_solved is not None:
-        row[stat_key("thought_words", "solved")] = thought_solved
+        row[behaviour_key("thought_words", "solved")] = thought_solved
     return row
 
 
@@ -128,8 +129,8 @@ def test_step_behaviour_summarises_the_step(finance, acme):
     emptied = honest.replace(render_thought(acme.reference_thought), render_thought("..."))
     fields = step_behaviour([_row(honest, 1.0, 2), _row(emptied, 1.0, 2), _row("no idea", 0.0, 0)])
     assert fields[class_key("empty_thought")] == pytest.approx(1 / 3)
-    assert fields[stat_key("calls")] == pytest.approx(4 / 3)
-    assert fields[stat_key("thought_words", "solved")] == pytest.approx(episode_stats(honest)["thought_words"] / 2)
+    assert fields[behaviour_key("calls")] == pytest.approx(4 / 3)
+    assert fields[behaviour_key("thought_words", "solved")] == pytest.approx(episode_stats(honest)["thought_words"] / 2)
 
 
 def _rewards(step, success, fmt, completion):

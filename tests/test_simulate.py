@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from grpolab.config import load_config
+from grpolab.rewards.components import standard_names
 from grpolab.trust.simulate import (
     CLASSES,
     DEFAULT_PRIOR,
@@ -16,6 +17,7 @@ from grpolab.trust.simulate import (
     sim_to_real,
     simulate,
 )
+from grpolab.vocabulary import SIM_TO_REAL, SIMULATOR, produced_by, reward_key
 
 DEFAULT = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
 
@@ -126,8 +128,8 @@ def test_sim_to_real_gap():
 def test_curves_use_the_trainers_metric_names(profiles):
     """One vocabulary: the simulator's curves carry the names the trainer logs and the page charts."""
     row = run(profiles, steps=2)[-1]
-    names = {"reward/mean", "reward/format", "reward/schema", "reward/completion", "reward/length", "kl"}
-    assert names | {"tool_call_prob", "tool_token_mass", "success"} <= set(row)
+    names = {s.name for s in produced_by(SIMULATOR) if not s.family} | {reward_key(n) for n in standard_names()}
+    assert names <= set(row)
 
 
 def test_simulate_against_a_real_run_follows_its_config_and_first_step(cli, tmp_path):
@@ -147,4 +149,4 @@ def test_simulate_against_a_real_run_follows_its_config_and_first_step(cli, tmp_
     assert result["settings"]["beta"] == 0.3  # the run's config, not the defaults (0.05)
     # the prior is the first step's sampled episodes (3 correct of 4), not later steps
     assert result["classes"]["grounded_correct"]["initial"] > result["classes"]["free_text_guess"]["initial"]
-    assert set(result["sim_to_real"]) == {"success", "tool_call_prob", "kl", "reward/mean"}
+    assert set(result["sim_to_real"]) == set(SIM_TO_REAL)

@@ -15,32 +15,13 @@ from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.engine.sft import reference_tokens
 from grpolab.engine.trainer import GRPOTrainer
 from grpolab.envs import env_for
-from grpolab.rewards.components import register_reward, unregister_reward
+from grpolab.rewards.components import register_reward, standard_names, unregister_reward
+from grpolab.vocabulary import SKIP_REASON, TRAINER, produced_by, reward_key
 
-METRIC_NAMES = {
-    "reward/mean",
-    "reward/std",
-    "reward/format",
-    "reward/schema",
-    "reward/completion",
-    "reward/length",
-    "frac_zero_std",
-    "tool_call_prob",
-    "tool_token_mass",
-    "kl",
-    "entropy",
-    "policy_loss",
-    "adv/mean_abs",
-    "clip_frac",
-    "grad_norm",
-    "completion_len",
-    "turns",
-    "tool_errors",
-    "perf/step_s",
-    "perf/gen_tok_s",
-    "perf/train_tok_s",
-    "perf/peak_rss_mb",
+METRIC_NAMES = {s.name for s in produced_by(TRAINER) if not s.family and s.name != SKIP_REASON} | {
+    reward_key(n) for n in standard_names()
 }
+"""What a GRPO step that updated writes (`grpolab.vocabulary`; a skip reason only when it did not)."""
 
 SMALL = {
     "model": "tiny",

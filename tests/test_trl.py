@@ -19,6 +19,15 @@ from grpolab.rewards.score import score_transcript  # noqa: E402
 from grpolab.trl.backend import build_trl_trainer, prompt_rows  # noqa: E402
 from grpolab.trl.export import export_trl  # noqa: E402
 from grpolab.trust.probes import PROBES  # noqa: E402
+from grpolab.vocabulary import (  # noqa: E402
+    ENTROPY,
+    FRAC_ZERO_STD,
+    HELDOUT_SUCCESS,
+    KL,
+    REWARD_MEAN,
+    TOOL_CALL_PROB,
+    reward_key,
+)
 
 TINY = {
     "model": "tiny",
@@ -207,8 +216,8 @@ def test_train_backend_trl_writes_a_lab_run_dir(tmp_path):
 
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
-    assert {"reward/mean", "reward/format", "kl", "entropy", "frac_zero_std", "tool_call_prob"} <= set(rows[0])
-    assert "heldout/success" in rows[-1] and rows[0]["backend"] == "trl"
+    assert {REWARD_MEAN, reward_key("format"), KL, ENTROPY, FRAC_ZERO_STD, TOOL_CALL_PROB} <= set(rows[0])
+    assert HELDOUT_SUCCESS in rows[-1] and rows[0]["backend"] == "trl"
     assert json.loads((out / "config.json").read_text())["train"]["backend"] == "trl"
     result = CliRunner().invoke(app, ["eval", "--run", str(out), "--limit", "2", "--json"])
     assert result.exit_code == 0, result.output

@@ -1,11 +1,7 @@
-"""Episode metrics under one vocabulary (docs/design.md, "Metrics"), computed in one place.
+"""Episode metrics, computed in one place under the names `grpolab.vocabulary` declares (docs/design.md, "Metrics").
 
-The native trainer, the TRL backend, held-out evaluation, preflight and the simulator all name their numbers with
-these keys, and the report and the web lab read them back under the same names:
-
-    reward/mean, reward/std, reward/NAME (weighted, one per component in `grpolab.rewards.components`)
-    frac_zero_std, tool_call_prob, success, completion_len, turns, tool_errors, reward_errors, episodes
-    heldout/success, heldout/tool_call_prob, heldout/schema, heldout/reward, heldout/n, heldout/success/KIND
+The native trainer, the TRL backend, held-out evaluation and preflight compute their episode numbers here; the
+report and the web lab read them back under the same names.
 """
 
 from __future__ import annotations
@@ -16,6 +12,25 @@ from typing import Any, Protocol
 
 from grpolab.envs.base import Task
 from grpolab.rewards.score import Score
+from grpolab.vocabulary import (
+    COMPLETION_LEN,
+    EPISODES,
+    FRAC_ZERO_STD,
+    HELDOUT_N,
+    HELDOUT_REWARD,
+    HELDOUT_SCHEMA,
+    HELDOUT_SUCCESS,
+    HELDOUT_TOOL_CALL_PROB,
+    REWARD_ERRORS,
+    REWARD_MEAN,
+    REWARD_STD,
+    SUCCESS,
+    TOOL_CALL_PROB,
+    TOOL_ERRORS,
+    TURNS,
+    heldout_of_kind,
+    reward_key,
+)
 
 
 class ScoredEpisode(Protocol):
@@ -37,11 +52,6 @@ def mean(xs: Sequence[float]) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
-def reward_key(name: str) -> str:
-    """`reward/format` for the format component: the metric name of a weighted component mean."""
-    return f"reward/{name}"
-
-
 def tool_call_prob(scores: Sequence[Score]) -> float:
     """Fraction of episodes with at least one schema-valid tool call (P_theta; the base model's is the base prior)."""
     return mean([1.0 if s.valid_calls > 0 else 0.0 for s in scores])
@@ -54,7 +64,7 @@ def success_rate(scores: Sequence[Score]) -> float:
 
 def reward_means(scores: Sequence[Score]) -> dict[str, float]:
     """reward/mean and the weighted mean of each component (reward/format, ...) over scored episodes."""
-    out = {"reward/mean": mean([s.total for s in scores])}
+    out = {REWARD_MEAN: mean([s.total for s in scores])}
     for name in scores[0].components if scores else []:
         out[reward_key(name)] = mean([s.weighted(name) for s in scores])
     return out
@@ -66,7 +76,7 @@ def group_stats(groups: Sequence[Sequence[float]]) -> dict[str, float]:
     m = sum(flat) / len(flat) if flat else 0.0
     std = math.sqrt(sum((r - m) ** 2 for r in flat) / len(flat)) if flat else 0.0
     zero = [1.0 if len(set(g)) <= 1 else 0.0 for g in groups]
-    return {"reward/std": std, "frac_zero_std": sum(zero) / len(zero) if zero else 0.0}
+    return {REWARD_STD: std, FRAC_ZERO_STD: sum(zero) / len(zero) if zero else 0.0}
 
 
 def episode_metrics(episodes: Sequence[ScoredEpisode]) -> dict[str, float]:
@@ -74,13 +84,13 @@ def episode_metrics(episodes: Sequence[ScoredEpisode]) -> dict[str, float]:
     scores = [e.score for e in episodes if e.score is not None]
     return {
         **reward_means(scores),
-        "episodes": float(len(episodes)),
-        "reward_errors": float(sum(len(s.errors) for s in scores)),
-        "tool_call_prob": tool_call_prob(scores),
-        "success": success_rate(scores),
-        "completion_len": mean([float(e.n_policy_tokens) for e in episodes]),
-        "turns": mean([float(e.turns) for e in episodes]),
-        "tool_errors": mean([float(e.tool_errors) for e in episodes]),
+        EPISODES: float(len(episodes)),
+        REWARD_ERRORS: float(sum(len(s.errors) for s in scores)),
+        TOOL_CALL_PROB: tool_call_prob(scores),
+        SUCCESS: success_rate(scores),
+        COMPLETION_LEN: mean([float(e.n_policy_tokens) for e in episodes]),
+        TURNS: mean([float(e.turns) for e in episodes]),
+        TOOL_ERRORS: mean([float(e.tool_errors) for e in episodes]),
     }
 
 
@@ -92,15 +102,15 @@ def heldout_summary(episodes: Sequence[ScoredEpisode]) -> dict[str, float]:
     if len(kinds) > 1:
         for kind in kinds:
             of_kind = [e.score for e in episodes if e.task.kind == kind and e.score is not None]
-            out[f"heldout/success/{kind}"] = success_rate(of_kind)
-            out[f"heldout/n/{kind}"] = float(len(of_kind))
+            out[heldout_of_kind(HELDOUT_SUCCESS, kind)] = success_rate(of_kind)
+            out[heldout_of_kind(HELDOUT_N, kind)] = float(len(of_kind))
     return {
         **out,
-        "heldout/success": success_rate(scores),
-        "heldout/tool_call_prob": tool_call_prob(scores),
-        "heldout/schema": mean([s.components.get("schema", 0.0) for s in scores]),
-        "heldout/reward": mean([s.total for s in scores]),
-        "heldout/n": float(len(scores)),
+        HELDOUT_SUCCESS: success_rate(scores),
+        HELDOUT_TOOL_CALL_PROB: tool_call_prob(scores),
+        HELDOUT_SCHEMA: mean([s.components.get("schema", 0.0) for s in scores]),
+        HELDOUT_REWARD: mean([s.total for s in scores]),
+        HELDOUT_N: float(len(scores)),
     }
 
 

@@ -37,6 +37,7 @@ from grpolab.envs.base import question_task
 from grpolab.errors import UserError
 from grpolab.formats import stop_token_ids
 from grpolab.metrics import heldout_summary
+from grpolab.vocabulary import HELDOUT_SUCCESS
 
 MANIFEST = "grpolab.json"
 GGUF_DIR = "gguf"
@@ -249,8 +250,8 @@ def compare_heldout(
     return HeldoutCheck(
         n=len(pairs),
         identical=len(pairs) - len(differing),
-        run_success=heldout_summary(run_episodes)["heldout/success"],
-        export_success=summary["heldout/success"],
+        run_success=heldout_summary(run_episodes)[HELDOUT_SUCCESS],
+        export_success=summary[HELDOUT_SUCCESS],
         differing=differing,
         seconds=time.perf_counter() - t0,
     )

@@ -25,6 +25,7 @@ from grpolab.cli.options import (
 from grpolab.config import field_doc
 from grpolab.errors import UserError
 from grpolab.trust.simulate import DEFAULT_KL_SCALE, DEFAULT_LR, SimSettings
+from grpolab.vocabulary import HACK_MASS, KL, REWARD_MEAN, SIM_TO_REAL, SUCCESS, TOOL_CALL_PROB
 
 MAX_SIM_STEPS = 10_000
 MAX_SIM_RUNS = 256
@@ -133,10 +134,7 @@ def simulate(
         result["sim_to_real_fitted"] = fit_lr(profiles, prior, settings, real_rows)
         result["sim_to_real_last_step"] = {
             "step": last["step"],
-            **{
-                key: {"sim": at_last[key] if at_last else None, "real": last.get(key)}
-                for key in ("reward/mean", "kl", "tool_call_prob", "success")
-            },
+            **{key: {"sim": at_last[key] if at_last else None, "real": last.get(key)} for key in SIM_TO_REAL},
         }
     if json:
         print_json(result)
@@ -146,8 +144,8 @@ def simulate(
         console.print(f"  {name:<18} reward {c['reward']:+.2f}   p {c['initial']:.2f} -> {c['final']:.2f}")
     last = result["iterations"][-1]
     console.print(
-        f"after {steps} steps: reward {last['reward/mean']:+.2f}, kl {last['kl']:.3f}, "
-        f"tool_call_prob {last['tool_call_prob']:.0%}, hack_mass {last['hack_mass']:.0%}, success {last['success']:.0%}"
+        f"after {steps} steps: reward {last[REWARD_MEAN]:+.2f}, kl {last[KL]:.3f}, "
+        f"tool_call_prob {last[TOOL_CALL_PROB]:.0%}, hack_mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}"
     )
     for warning in result["warnings"]:
         console.print(f"[bold red]WARNING: {warning}[/bold red]")
@@ -158,10 +156,10 @@ def simulate(
             f"sim-to-real gap (mean |sim - real| per step) at lr={lr}, kl_scale={DEFAULT_KL_SCALE:.3g}: {gap}"
         )
         last = result["sim_to_real_last_step"]
-        if all(last[k]["sim"] is not None and last[k]["real"] is not None for k in ("kl", "success")):
+        if all(last[k]["sim"] is not None and last[k]["real"] is not None for k in (KL, SUCCESS)):
             console.print(
-                f"at step {last['step']}: kl sim {last['kl']['sim']:.4f} vs real {last['kl']['real']:.4f}, "
-                f"success sim {last['success']['sim']:.0%} vs real {last['success']['real']:.0%}"
+                f"at step {last['step']}: kl sim {last[KL]['sim']:.4f} vs real {last[KL]['real']:.4f}, "
+                f"success sim {last[SUCCESS]['sim']:.0%} vs real {last[SUCCESS]['real']:.0%}"
             )
         console.print(
             f"best fit: lr={fit['lr']:.3g}, kl_scale={fit['kl_scale']:.3g}: gap "

@@ -23,6 +23,7 @@ from grpolab.cli.options import (
 )
 from grpolab.config import DEMO_CONFIG, field_doc
 from grpolab.errors import UserError
+from grpolab.vocabulary import CONVERGENCE, HELDOUT_HEADLINE, HELDOUT_N, HELDOUT_SUCCESS, SPECS, SUCCESS
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]
 StepsOpt = field_option("--steps", "train.steps")
@@ -128,9 +129,10 @@ def demo(
     """Everything on the embedded model: the base model's held-out score, a short SFT seeding, GRPO, the held-out
     score after it, with the convergence of the real run (reward, KL, tool-token mass per step)."""
     from grpolab.run.loop import train as run_training
+    from grpolab.rundir import RunDir
 
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
-    if out.exists() and (out / "metrics.jsonl").exists():
+    if RunDir(out).has_steps():
         out = out.with_name(f"{out.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
     run = run_training(cfg, out, quiet=quiet)
@@ -140,21 +142,15 @@ def demo(
     seeded = "after SFT seeding" if cfg.train.sft_steps else "start"
     table = Table("held-out", "base", f"{seeded} ({cfg.train.sft_steps} steps)", f"after GRPO (step {last})")
     labels = ["base", "0", last]
-    rows = [
-        ("heldout/success", "success"),
-        ("heldout/tool_call_prob", "tool_call_prob"),
-        ("heldout/schema", "schema validity"),
-        ("heldout/reward", "reward"),
-    ]
-    for key, name in rows:
-        table.add_row(name, *(_cell(summary.get(label, {}).get(key)) for label in labels))
+    for key in HELDOUT_HEADLINE:
+        table.add_row(SPECS[key].title, *(_cell(summary.get(label, {}).get(key)) for label in labels))
     console.print(table)
     for line in convergence_lines(run.metrics()):
         console.print(line, markup=False)
-    base, start, end = (summary.get(label, {}).get("heldout/success") for label in labels)
+    base, start, end = (summary.get(label, {}).get(HELDOUT_SUCCESS) for label in labels)
     if base is not None and start is not None and end is not None and end > base:
         console.print(f"share of the gain over the base model made by GRPO: {(end - start) / (end - base):.0%}")
-    console.print(f"run dir: {run.path}   ({minutes:.1f} min, {int(summary['0']['heldout/n'])} held-out tasks)")
+    console.print(f"run dir: {run.path}   ({minutes:.1f} min, {int(summary['0'][HELDOUT_N])} held-out tasks)")
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -163,7 +159,7 @@ SPARKS = "▁▂▃▄▅▆▇█"
 def convergence_lines(rows: list[dict]) -> list[str]:
     """The run's convergence as sparklines: reward, KL and tool-token mass per GRPO step (report.html draws it)."""
     out = ["convergence per GRPO step:"]
-    for key in ("reward/mean", "kl", "tool_token_mass", "success"):
+    for key in (*CONVERGENCE, SUCCESS):
         values = [r.get(key) for r in rows if isinstance(r.get(key), (int, float))]
         if not values:
             continue

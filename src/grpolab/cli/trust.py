@@ -22,6 +22,7 @@ from grpolab.cli.options import (
     resolve_config,
     writing_to,
 )
+from grpolab.vocabulary import FRAC_ZERO_STD, HELDOUT_SUCCESS, REWARD_MEAN, TOOL_CALL_PROB
 
 
 def register(app: typer.Typer) -> None:
@@ -91,8 +92,8 @@ def _print(report: dict) -> None:
     learn = report["learnability"]
     console.print(
         f"learnability ({learn['prompts']} prompts x G={learn['group_size']}): "
-        f"mean reward {learn['reward/mean']:+.2f}, tool_call_prob (base prior) {learn['tool_call_prob']:.0%}, "
-        f"frac_zero_std {learn['frac_zero_std']:.0%}, pass@G {learn['pass_at_g']}, "
+        f"mean reward {learn[REWARD_MEAN]:+.2f}, tool_call_prob (base prior) {learn[TOOL_CALL_PROB]:.0%}, "
+        f"frac_zero_std {learn[FRAC_ZERO_STD]:.0%}, pass@G {learn['pass_at_g']}, "
         f"all-pass {len(learn['all_pass'])}, all-fail {len(learn['all_fail'])}"
     )
     console.print(f"recommendation: {learn['recommendation']}")
@@ -145,16 +146,17 @@ def compare(
         ]
         console.print(Columns(panels))
     console.print(
-        f"held-out success: {against} {left_sum['heldout/success']:.0%}  vs  {run} {right_sum['heldout/success']:.0%}"
+        f"held-out success: {against} {left_sum[HELDOUT_SUCCESS]:.0%}  vs  {run} {right_sum[HELDOUT_SUCCESS]:.0%}"
     )
 
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -> None:
     """(Re)write runs/NAME/report.html from the run's artifacts (malformed ones are named and left out)."""
     from grpolab.report.html import render_report
+    from grpolab.rundir import RunDir
 
     skipped: list[str] = []
-    with writing_to(run / "report.html", "--run"):
+    with writing_to(RunDir(run).report_path, "--run"):
         written = render_report(run, skipped)
     for line in skipped:
         err_console.print(f"skipped: {line}", markup=False)

@@ -10,6 +10,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from grpolab.vocabulary import perf_key
+
 
 class Phases:
     def __init__(self) -> None:
@@ -32,9 +34,9 @@ class Phases:
 
     def metrics(self) -> dict[str, float]:
         """`perf/PHASE_s` for every phase, and its work as `perf/PHASE_KEY`."""
-        out = {f"perf/{name}_s": s for name, s in self.seconds.items()}
+        out = {perf_key(name): s for name, s in self.seconds.items()}
         for name, work in self.work.items():
-            out.update({f"perf/{name}_{key}": v for key, v in work.items()})
+            out.update({perf_key(name, key): v for key, v in work.items()})
         return out
 
 

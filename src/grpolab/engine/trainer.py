@@ -33,6 +33,29 @@ from grpolab.engine.sampler import make_sampler
 from grpolab.envs.base import Environment, Task
 from grpolab.metrics import episode_metrics, group_stats
 from grpolab.rewards.score import score_episodes
+from grpolab.vocabulary import (
+    ADV_MEAN_ABS,
+    CLIP_FRAC,
+    ENTROPY,
+    GRAD_NORM,
+    GROUPS_DROPPED,
+    GROUPS_RESAMPLED,
+    KL,
+    KL_BOUND,
+    LOSS,
+    MISMATCH_KL,
+    MISMATCH_RATIO_OUT,
+    PERF_GEN_TOK_S,
+    PERF_PEAK_RSS_MB,
+    PERF_STEP_S,
+    PERF_TRAIN_TOK_S,
+    POLICY_LOSS,
+    REWARD_ERRORS,
+    SKIP_REASON,
+    SKIPPED,
+    TOOL_TOKEN_MASS,
+    TRAIN_TOKENS,
+)
 
 MICRO_BATCH_TOKENS = 1600
 """Most tokens (shared prompt + completions) per forward/backward; gradients accumulate over the step's batch.
@@ -212,7 +235,7 @@ class GRPOTrainer:
                     )
                     if not torch.isfinite(loss):
                         self.optimizer.zero_grad(set_to_none=True)
-                        return {"skipped": 1.0, "skip_reason": "non-finite loss"}  # type: ignore[dict-item]
+                        return {SKIPPED: 1.0, SKIP_REASON: "non-finite loss"}  # type: ignore[dict-item]
                     token_share = c.tokens / total
                     share = token_share if cfg.loss_type == "dapo" else len(c.index) / len(episodes)
                     (loss * share).backward()
@@ -230,22 +253,22 @@ class GRPOTrainer:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
                 if not math.isfinite(grad_norm):
                     self.optimizer.zero_grad(set_to_none=True)
-                    return {"skipped": 1.0, "skip_reason": "non-finite gradient"}  # type: ignore[dict-item]
+                    return {SKIPPED: 1.0, SKIP_REASON: "non-finite gradient"}  # type: ignore[dict-item]
                 self.optimizer.step()
         self.model.eval()
         out: dict[str, float] = {
-            "loss": t.loss / cfg.mu,
-            "policy_loss": t.policy_loss / cfg.mu,
-            "clip_frac": t.clip_frac / cfg.mu,
-            "entropy": t.entropy,
-            "tool_token_mass": sum(t.mass) / len(t.mass),
-            "grad_norm": grad_norm,
-            "train_tokens": total,
-            "mismatch/kl": t.mismatch_kl,
-            "mismatch/ratio_out": t.mismatch_out,
+            LOSS: t.loss / cfg.mu,
+            POLICY_LOSS: t.policy_loss / cfg.mu,
+            CLIP_FRAC: t.clip_frac / cfg.mu,
+            ENTROPY: t.entropy,
+            TOOL_TOKEN_MASS: sum(t.mass) / len(t.mass),
+            GRAD_NORM: grad_norm,
+            TRAIN_TOKENS: total,
+            MISMATCH_KL: t.mismatch_kl,
+            MISMATCH_RATIO_OUT: t.mismatch_out,
         }
         if chunks[0].ref is not None:
-            out["kl"] = t.kl / cfg.mu
+            out[KL] = t.kl / cfg.mu
         return out
 
     def step(self, step: int) -> StepResult:
@@ -256,29 +279,29 @@ class GRPOTrainer:
         m.update(phases.metrics())
         gen_s = sum(phases.seconds[k] for k in ("prefill", "sample", "compact", "tool_prefill", "decode"))
         train_s = sum(phases.seconds[k] for k in ("reference", "old_logprobs", "forward_backward", "optimizer"))
-        m["perf/step_s"] = phases.seconds["step"]
-        m["perf/gen_tok_s"] = sum(e.n_policy_tokens for e in result.episodes) / max(gen_s, 1e-9)
-        m["perf/train_tok_s"] = float(m.get("train_tokens", 0.0)) / max(train_s, 1e-9)
-        m["perf/peak_rss_mb"] = peak_rss_mb()
+        m[PERF_STEP_S] = phases.seconds["step"]
+        m[PERF_GEN_TOK_S] = sum(e.n_policy_tokens for e in result.episodes) / max(gen_s, 1e-9)
+        m[PERF_TRAIN_TOK_S] = float(m.get(TRAIN_TOKENS, 0.0)) / max(train_s, 1e-9)
+        m[PERF_PEAK_RSS_MB] = peak_rss_mb()
         result.phases = phases
         return result
 
     def _step(self, step: int, phases: Phases) -> StepResult:
         episodes, dropped, resampled = self.collect(step, phases)
         G = self.cfg.rollout.group_size
-        m: dict[str, Any] = {"step": step, "groups_dropped": dropped, "groups_resampled": resampled, "skipped": 0.0}
+        m: dict[str, Any] = {"step": step, GROUPS_DROPPED: dropped, GROUPS_RESAMPLED: resampled, SKIPPED: 0.0}
         if not episodes:
-            return StepResult({**m, "skipped": 1.0, "skip_reason": "every group had equal rewards"})
+            return StepResult({**m, SKIPPED: 1.0, SKIP_REASON: "every group had equal rewards"})
         rewards = torch.tensor([e.score.total for e in episodes], dtype=torch.float32).view(-1, G)  # (P, G)
         m.update(episode_metrics(episodes))
         m.update(group_stats(rewards.tolist()))
         if not torch.isfinite(rewards).all():
-            m.update({"skipped": 1.0, "skip_reason": "non-finite reward (see reward_errors)"})
+            m.update({SKIPPED: 1.0, SKIP_REASON: f"non-finite reward (see {REWARD_ERRORS})"})
             return StepResult(m, episodes)
         advantages = group_advantages(rewards, scale=self.cfg.grpo.scale_rewards).flatten()  # (P*G,)
-        m["adv/mean_abs"] = float(advantages.abs().mean())
+        m[ADV_MEAN_ABS] = float(advantages.abs().mean())
         m.update(self.update(episodes, advantages, phases))
-        m["kl_bound"] = self.cfg.grpo.kl_bound
+        m[KL_BOUND] = self.cfg.grpo.kl_bound
         return StepResult(m, episodes)
 
     def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:

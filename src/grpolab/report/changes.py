@@ -18,7 +18,8 @@ from typing import Any
 from grpolab.config import LabConfig
 from grpolab.report.charts import svg_chart
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
-from grpolab.trust.drift import class_key, drift_alarms, stat_key, step_behaviour
+from grpolab.trust.drift import drift_alarms, step_behaviour
+from grpolab.vocabulary import behaviour_key, class_key
 
 
 @dataclass
@@ -65,7 +66,9 @@ def what_changed(
     by_task = {r.get("task_id"): r for r in before}
     out = []
     for stat in STATS:
-        c = Change(stat, a.get(stat_key(stat), 0.0), b.get(stat_key(stat), 0.0), flags.get(f"drift:{stat}", ""))
+        c = Change(
+            stat, a.get(behaviour_key(stat), 0.0), b.get(behaviour_key(stat), 0.0), flags.get(f"drift:{stat}", "")
+        )
         if c.flagged:
             ranked = sorted(after, key=lambda r: -abs(episode_stats(str(r.get("text", "")))[stat] - c.before))
             c.examples = _pairs(ranked, by_task)
@@ -116,10 +119,10 @@ def changes_html(changes: Changes, history: list[dict[str, Any]]) -> str:
             f"<tr{style}><td>{e(c.name)}</td><td>{c.before:.2f}</td><td>{c.after:.2f}</td><td>{e(c.flagged)}</td></tr>"
         )
     parts.append("</table>")
-    steps = [r for r in history if isinstance(r.get(stat_key(STATS[0])), (int, float))]
+    steps = [r for r in history if isinstance(r.get(behaviour_key(STATS[0])), (int, float))]
     if steps:
         alarm_steps = [r["step"] for r in steps if any(str(k).startswith("drift:") for k in r.get("alarms") or {})]
-        charts = [svg_chart(stat, [stat_key(stat)], steps, alarm_steps) for stat in STATS]
+        charts = [svg_chart(stat, [behaviour_key(stat)], steps, alarm_steps) for stat in STATS]
         hack_keys = [class_key(c) for c in sorted(HACK_CLASSES) if any(r.get(class_key(c)) for r in steps)]
         charts.append(svg_chart("hack classes (share)", hack_keys, steps, alarm_steps))
         charts.append(svg_chart("correct (share)", [class_key("grounded_correct")], steps, alarm_steps))

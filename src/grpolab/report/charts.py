@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from grpolab.vocabulary import KL_BOUND, is_heldout
+
 
 def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> str:
     """One small chart of `keys` against `step`; alarm steps shaded; held-out points marked."""
@@ -19,7 +21,7 @@ def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_ste
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         if pts:
             xs, ys = zip(*pts)
-            style = "--" if key == "kl_bound" else ("o-" if key.startswith("heldout") else "-")
+            style = "--" if key == KL_BOUND else ("o-" if is_heldout(key) else "-")
             ax.plot(xs, ys, style, label=key, linewidth=1.4, markersize=4)
             plotted = True
     for s in alarm_steps:

@@ -32,12 +32,13 @@ from grpolab.rundir import RunDir
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
 from grpolab.trust.preflight import probe_report
+from grpolab.vocabulary import ALARMS, HELDOUT_SCHEMA, HELDOUT_SUCCESS, HELDOUT_TOOL_CALL_PROB
 
 
 def summary_line(summary: dict[str, float]) -> str:
     return (
-        f"success {summary['heldout/success']:.0%}, tool_call_prob {summary['heldout/tool_call_prob']:.0%}, "
-        f"schema {summary['heldout/schema']:.2f}"
+        f"success {summary[HELDOUT_SUCCESS]:.0%}, tool_call_prob {summary[HELDOUT_TOOL_CALL_PROB]:.0%}, "
+        f"schema {summary[HELDOUT_SCHEMA]:.2f}"
     )
 
 
@@ -50,7 +51,7 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     tokenizer = load_tokenizer(cfg.model)
     fmt = checked_format(tokenizer, env, cfg.rollout.format, cfg.rollout.tool_syntax)
     probes = probe_report(env, cfg, token_counter(tokenizer))
-    run.write_json("preflight.json", probes)
+    run.write_preflight(probes)
     for line in [*probes["gameable"], *probes["shortcuts_paid"]]:
         progress.note(line)
     iso = probes.get("isolation")
@@ -68,7 +69,7 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     t = cfg.train
     start = time.perf_counter()
     losses = sft_warm_start(model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, fmt)
-    run.write_json("sft.json", {"loss": losses, "seconds": time.perf_counter() - start})
+    run.write_sft({"loss": losses, "seconds": time.perf_counter() - start})
     run.save_warm_start(model)
 
 
@@ -137,7 +138,7 @@ def train(
         m.update(watch.check(m))
         run.append_metrics(m)
         run.append_episodes(rows[: cfg.train.episodes_per_step_logged])
-        alarm_stop = bool(m["alarms"]) and cfg.watch.stop_on_alarm
+        alarm_stop = bool(m[ALARMS]) and cfg.watch.stop_on_alarm
         asked = run.stop_requested()
         if step % cfg.train.checkpoint_every == 0 or last or alarm_stop or asked:
             run.save_checkpoint(step, source.model, source.optimizer, source.state())

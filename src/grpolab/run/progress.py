@@ -13,6 +13,7 @@ from rich.progress import Progress as RichProgress
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
+from grpolab.vocabulary import ALARMS, HELDOUT_SUCCESS, KL, REWARD_MEAN, SKIP_REASON, SKIPPED, TOOL_CALL_PROB
 
 
 class Progress:
@@ -46,21 +47,21 @@ class Progress:
 
     def update(self, m: dict[str, Any]) -> None:
         """Show one finished step's row (alarms already in it)."""
-        for name, why in (m.get("alarms") or {}).items():
+        for name, why in (m.get(ALARMS) or {}).items():
             self.note(f"ALARM {name} at step {m['step']}: {why}")
         if self._trackio is not None:
             self._trackio.log({k: v for k, v in m.items() if isinstance(v, (int, float))}, step=m["step"])
         if self._bar is None:
             return
         parts = [
-            f"reward {m.get('reward/mean', float('nan')):+.2f}",
-            f"kl {m.get('kl', float('nan')):.3f}",
-            f"P(tool) {m.get('tool_call_prob', float('nan')):.0%}",
+            f"reward {m.get(REWARD_MEAN, float('nan')):+.2f}",
+            f"kl {m.get(KL, float('nan')):.3f}",
+            f"P(tool) {m.get(TOOL_CALL_PROB, float('nan')):.0%}",
         ]
-        if "heldout/success" in m:
-            parts.append(f"held-out {m['heldout/success']:.0%}")
-        if m.get("skipped"):
-            parts.append(f"SKIPPED ({m.get('skip_reason')})")
+        if HELDOUT_SUCCESS in m:
+            parts.append(f"held-out {m[HELDOUT_SUCCESS]:.0%}")
+        if m.get(SKIPPED):
+            parts.append(f"SKIPPED ({m.get(SKIP_REASON)})")
         self._bar.update(self._task, advance=1, description="  ".join(parts))
 
     def stop(self) -> None:

@@ -29,6 +29,20 @@ from grpolab.formats import checked_format
 from grpolab.metrics import success_rate, tool_call_prob
 from grpolab.rewards.score import Score, score_transcript
 from grpolab.trl.settings import grpo_settings, lora_settings
+from grpolab.vocabulary import (
+    CLIP_FRAC,
+    COMPLETION_LEN,
+    ENTROPY,
+    FRAC_ZERO_STD,
+    GRAD_NORM,
+    KL,
+    LOSS,
+    REWARD_MEAN,
+    REWARD_STD,
+    SUCCESS,
+    TOOL_CALL_PROB,
+    reward_key,
+)
 
 # ---- data --------------------------------------------------------------------------------------------------
 
@@ -142,8 +156,8 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
             scores = [score(t, x, n) for t, x, n in zip(task_id, texts, tokens)]
             log_metric = kwargs.get("log_metric")
             if name == "completion" and log_metric is not None:
-                log_metric("tool_call_prob", tool_call_prob(scores))
-                log_metric("success", success_rate(scores))
+                log_metric(TOOL_CALL_PROB, tool_call_prob(scores))
+                log_metric(SUCCESS, success_rate(scores))
             return [s.components[name] for s in scores]
 
         reward.__name__ = name
@@ -156,19 +170,19 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
 # ---- the trainer and its logs ---------------------------------------------------------------------------------
 
 TRL_TO_LAB = {
-    "reward": "reward/mean",
-    "reward_std": "reward/std",
-    "frac_reward_zero_std": "frac_zero_std",
-    "kl": "kl",
-    "entropy": "entropy",
-    "loss": "loss",
-    "grad_norm": "grad_norm",
-    "clip_ratio/region_mean": "clip_frac",
-    "completions/mean_length": "completion_len",
-    "tool_call_prob": "tool_call_prob",
-    "success": "success",
+    "reward": REWARD_MEAN,
+    "reward_std": REWARD_STD,
+    "frac_reward_zero_std": FRAC_ZERO_STD,
+    "kl": KL,
+    "entropy": ENTROPY,
+    "loss": LOSS,
+    "grad_norm": GRAD_NORM,
+    "clip_ratio/region_mean": CLIP_FRAC,
+    "completions/mean_length": COMPLETION_LEN,
+    TOOL_CALL_PROB: TOOL_CALL_PROB,  # logged by the completion reward function (`log_metric`) under the lab name
+    SUCCESS: SUCCESS,
 }
-"""TRL log key -> lab metric name, where TRL has the metric (`grpolab.metrics`)."""
+"""TRL log key -> lab metric name (`grpolab.vocabulary`), where TRL has the metric."""
 
 
 def lab_metrics(logs: dict[str, Any], weights: dict[str, float]) -> dict[str, float]:
@@ -177,7 +191,7 @@ def lab_metrics(logs: dict[str, Any], weights: dict[str, float]) -> dict[str, fl
     for name, w in weights.items():
         key = f"rewards/{name}/mean"
         if key in logs:
-            out[f"reward/{name}"] = w * float(logs[key])
+            out[reward_key(name)] = w * float(logs[key])
     return out
 
 

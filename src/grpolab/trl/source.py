@@ -23,6 +23,7 @@ from grpolab.rewards.score import score_episodes
 from grpolab.rundir import RunDir
 from grpolab.trl.backend import build_trl_trainer, lab_metrics, require_trl
 from grpolab.trl.settings import refuse_unsupported
+from grpolab.vocabulary import KL_BOUND, SKIPPED
 
 
 class TrlSource:
@@ -38,7 +39,7 @@ class TrlSource:
         warm = run.warm_start()
         if warm is not None:
             model = apply_warm_start(model, cfg, warm)
-        self.trainer = build_trl_trainer(cfg, env, model, self.tokenizer, run.path / "trl")
+        self.trainer = build_trl_trainer(cfg, env, model, self.tokenizer, run.trl_dir)
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         for cb in (PrinterCallback, ProgressCallback):  # the lab's own progress bar reports each step
@@ -69,9 +70,9 @@ class TrlSource:
             def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
                 if not logs or "reward" not in logs or int(state.global_step) % cfg.grpo.mu:
                     return  # one lab step = grpo.mu optimizer steps on one batch of rollouts
-                m = {"step": int(state.global_step) // cfg.grpo.mu, "backend": "trl", "skipped": 0.0}
+                m = {"step": int(state.global_step) // cfg.grpo.mu, "backend": "trl", SKIPPED: 0.0}
                 m.update(lab_metrics(logs, cfg.reward.weights))
-                m["kl_bound"] = cfg.grpo.kl_bound
+                m[KL_BOUND] = cfg.grpo.kl_bound
                 episodes = rollout.last_episodes[: cfg.train.episodes_per_step_logged]
                 score_episodes(
                     source.env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words

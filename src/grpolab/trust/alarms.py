@@ -16,6 +16,18 @@ from typing import Any
 from grpolab.config import LabConfig
 from grpolab.trust.attribution import attribution
 from grpolab.trust.drift import drift_alarms
+from grpolab.vocabulary import (
+    ALARMS,
+    COMPLETION_LEN,
+    ENTROPY,
+    EPISODES,
+    HELDOUT_SUCCESS,
+    KL,
+    KL_BOUND,
+    KL_OVER_BOUND,
+    REWARD_MEAN,
+    REWARD_STD,
+)
 
 
 def welch_t(a: list[float], b: list[float]) -> float:
@@ -34,8 +46,8 @@ def window_stats(rows: list[dict[str, Any]], episodes_per_step: int) -> tuple[fl
     """(mean, sample variance, n) of the episode rewards of some steps, from their means, stds and counts."""
     n = sum_x = sum_x2 = 0.0
     for r in rows:
-        k = float(r.get("episodes", episodes_per_step))
-        m, sd = float(r["reward/mean"]), float(r.get("reward/std", 0.0))
+        k = float(r.get(EPISODES, episodes_per_step))
+        m, sd = float(r[REWARD_MEAN]), float(r.get(REWARD_STD, 0.0))
         n, sum_x, sum_x2 = n + k, sum_x + k * m, sum_x2 + k * (sd * sd + m * m)
     mean = sum_x / n
     var = max(sum_x2 / n - mean * mean, 0.0) * n / max(n - 1, 1)
@@ -64,11 +76,11 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
     w = cfg.watch
     alarms: dict[str, str] = {}
     latest = history[-1]
-    kl = latest.get("kl")
+    kl = latest.get(KL)
     if isinstance(kl, float) and kl > cfg.grpo.kl_bound:
-        alarms["kl_bound"] = f"kl {kl:.3f} is past the stability bound {cfg.grpo.kl_bound}"
-    rewards = _series(history, "reward/mean")
-    scored = [r for r in history if _finite(r.get("reward/mean")) and _finite(r.get("reward/std"))]
+        alarms[KL_BOUND] = f"kl {kl:.3f} is past the stability bound {cfg.grpo.kl_bound}"
+    rewards = _series(history, REWARD_MEAN)
+    scored = [r for r in history if _finite(r.get(REWARD_MEAN)) and _finite(r.get(REWARD_STD))]
     if len(rewards) >= 2 * w.hack_window and len(heldout) >= 2:
         early, recent = rewards[: w.hack_window], rewards[-w.hack_window :]
         if len(scored) >= 2 * w.hack_window:  # episode-level: every episode of the windows is a sample
@@ -86,12 +98,12 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
                 f"(Welch t = {t:.1f} over {w.hack_window}-step windows) while held-out success went "
                 f"{first:.0%} -> {last:.0%} (steps {steps[0]} -> {steps[-1]})"
             )
-    entropy = _series(history, "entropy")
+    entropy = _series(history, ENTROPY)
     if len(entropy) >= 2 and entropy[0] > 0 and entropy[-1] < w.entropy_collapse * entropy[0]:
         alarms["entropy_collapse"] = (
             f"entropy {entropy[-1]:.3f} fell below {w.entropy_collapse:.0%} of its start {entropy[0]:.3f}"
         )
-    length = _series(history, "completion_len")
+    length = _series(history, COMPLETION_LEN)
     budget = cfg.rollout.max_new_tokens
     if len(length) >= 2 and length[-1] > w.length_runaway * length[0] and length[-1] > 0.9 * budget:
         alarms["length_runaway"] = (
@@ -112,8 +124,8 @@ class AlarmWatch:
             self._note_heldout(row)
 
     def _note_heldout(self, row: dict[str, Any]) -> None:
-        if _finite(row.get("heldout/success")) and isinstance(row.get("step"), int):
-            self.heldout[row["step"]] = float(row["heldout/success"])
+        if _finite(row.get(HELDOUT_SUCCESS)) and isinstance(row.get("step"), int):
+            self.heldout[row["step"]] = float(row[HELDOUT_SUCCESS])
 
     def check(self, row: dict[str, Any]) -> dict[str, Any]:
         """Alarm fields for this step's row (`alarms`: name -> why, `kl_over_bound`, the reward attribution); the
@@ -129,4 +141,4 @@ class AlarmWatch:
             w.drift_window,
             w.attribution_min,
         )
-        return {**fields, "alarms": {**alarms, **flags}, "kl_over_bound": "kl_bound" in alarms}
+        return {**fields, ALARMS: {**alarms, **flags}, KL_OVER_BOUND: KL_BOUND in alarms}

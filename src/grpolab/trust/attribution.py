@@ -16,6 +16,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from grpolab.vocabulary import REWARD_MEAN, SUCCESS, attribution_key, reward_key
+
 VERIFIER = "completion"
 """The component that is the task's verifier."""
 VERIFIER_WORTH = 3.0
@@ -33,13 +35,14 @@ def _mean(rows: Sequence[dict[str, Any]], key: str) -> float | None:
 
 def component_changes(history: Sequence[dict[str, Any]], window: int) -> dict[str, float]:
     """Change of each weighted component mean (`reward/NAME`), last `window` steps against the first ones."""
-    rows = [r for r in history if _num(r.get("reward/mean")) is not None]
+    rows = [r for r in history if _num(r.get(REWARD_MEAN)) is not None]
     if len(rows) < 2 * window:
         return {}
-    names = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith("reward/")} - {"mean", "std"})
+    prefix = reward_key("")
+    names = sorted({k.removeprefix(prefix) for r in rows for k in r if k.startswith(prefix)} - {"mean", "std"})
     out = {}
     for name in names:
-        a, b = _mean(rows[:window], f"reward/{name}"), _mean(rows[-window:], f"reward/{name}")
+        a, b = _mean(rows[:window], reward_key(name)), _mean(rows[-window:], reward_key(name))
         if a is not None and b is not None:
             out[name] = b - a
     return out
@@ -57,10 +60,10 @@ def attribution(
     if not changes:
         return {}, {}
     total = sum(abs(v) for v in changes.values()) or 1.0
-    fields = {f"attribution/{k}": v for k, v in changes.items()}
-    fields.update({f"attribution/share/{k}": v / total for k, v in changes.items()})
-    rows = [r for r in history if _num(r.get("reward/mean")) is not None]
-    train_gain = (_mean(rows[-window:], "success") or 0.0) - (_mean(rows[:window], "success") or 0.0)
+    fields = {attribution_key(k): v for k, v in changes.items()}
+    fields.update({attribution_key(k, share=True): v / total for k, v in changes.items()})
+    rows = [r for r in history if _num(r.get(REWARD_MEAN)) is not None]
+    train_gain = (_mean(rows[-window:], SUCCESS) or 0.0) - (_mean(rows[:window], SUCCESS) or 0.0)
     steps = sorted(heldout)
     held_gain = heldout[steps[-1]] - heldout[steps[0]] if len(steps) >= 2 else -math.inf
     worth = abs(completion_weight) if completion_weight else VERIFIER_WORTH

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
+from grpolab.vocabulary import EPISODES, SUCCESS, behaviour_key, class_key
 
 FLOORS = {
     "thought_words": 2.0,
@@ -34,16 +35,6 @@ FLOORS = {
     "repeated_ngrams": 0.05,
 }
 """The smallest change of each statistic that means something (2 words, half a call, 5% repeated 3-grams)."""
-
-
-def stat_key(stat: str, part: str = "") -> str:
-    """`behaviour/thought_words`, `behaviour/thought_words/sd`, `behaviour/thought_words/solved`."""
-    return f"behaviour/{stat}" + (f"/{part}" if part else "")
-
-
-def class_key(name: str) -> str:
-    """`class/empty_thought`: the share of a step's episodes in that class."""
-    return f"class/{name}"
 
 
 def _solved(row: dict[str, Any]) -> bool:
@@ -60,10 +51,10 @@ def step_behaviour(rows: Sequence[dict[str, Any]], thought_required: bool = True
     for name in STATS:
         xs = [s[name] for s in stats]
         m = sum(xs) / len(xs)
-        out[stat_key(name)] = m
-        out[stat_key(name, "sd")] = math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+        out[behaviour_key(name)] = m
+        out[behaviour_key(name, "sd")] = math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
         if solved:
-            out[stat_key(name, "solved")] = sum(s[name] for s in solved) / len(solved)
+            out[behaviour_key(name, "solved")] = sum(s[name] for s in solved) / len(solved)
     labels = [classify_episode(r, thought_required) for r in rows]
     for c in CLASSES:
         out[class_key(c)] = labels.count(c) / len(labels)
@@ -79,12 +70,12 @@ def _pooled(rows: Sequence[dict[str, Any]], stat: str) -> dict[str, float | None
     """Means of a statistic over a window of steps: all, solved, failed episodes; the success rate; the sd."""
     n = ns = total = total_s = var = 0.0
     for r in rows:
-        m, k, p = _num(r, stat_key(stat)), _num(r, "episodes") or 1.0, _num(r, "success") or 0.0
+        m, k, p = _num(r, behaviour_key(stat)), _num(r, EPISODES) or 1.0, _num(r, SUCCESS) or 0.0
         if m is None:
             continue
-        sd = _num(r, stat_key(stat, "sd")) or 0.0
+        sd = _num(r, behaviour_key(stat, "sd")) or 0.0
         n, total, var = n + k, total + k * m, var + k * sd * sd
-        ms = _num(r, stat_key(stat, "solved"))
+        ms = _num(r, behaviour_key(stat, "solved"))
         if ms is not None and p > 0:
             ns, total_s = ns + k * p, total_s + k * p * ms
     if n == 0:
@@ -113,7 +104,7 @@ def within_verdict_change(start: dict[str, Any], recent: dict[str, Any]) -> floa
 
 def drift_alarms(history: Sequence[dict[str, Any]], window: int, z: float, rel: float, share: float) -> dict[str, str]:
     """Drift alarms for the latest row of `history` (metric rows with behaviour fields, oldest first)."""
-    rows = [r for r in history if _num(r, stat_key(STATS[0])) is not None]
+    rows = [r for r in history if _num(r, behaviour_key(STATS[0])) is not None]
     if len(rows) < 2 * window:
         return {}
     first, last = rows[:window], rows[-window:]

@@ -22,6 +22,7 @@ from grpolab.models import token_counter
 from grpolab.rewards.score import score_episodes, score_transcript
 from grpolab.trust.probes import gameable_lines, run_probes, worst_by_probe
 from grpolab.trust.shortcuts import best_by_shortcut, paid_lines, run_shortcuts
+from grpolab.vocabulary import FRAC_ZERO_STD, TOOL_CALL_PROB
 
 
 def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: int = 5) -> list[dict[str, Any]]:
@@ -126,8 +127,8 @@ def learnability(
         "prompts": len(tasks),
         "group_size": group_size,
         **reward_means(scores),
-        "tool_call_prob": tool_call_prob(scores),
-        "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in per_prompt]),
+        TOOL_CALL_PROB: tool_call_prob(scores),
+        FRAC_ZERO_STD: mean([1.0 if p["zero_std"] else 0.0 for p in per_prompt]),
         "pass_at_g": dict(sorted(Counter(p["passes"] for p in per_prompt).items())),
         "all_pass": [p["task_id"] for p in per_prompt if p["passes"] == group_size],
         "all_fail": [p["task_id"] for p in per_prompt if p["passes"] == 0],
@@ -150,7 +151,7 @@ def by_kind(per_prompt: list[dict[str, Any]], group_size: int) -> dict[str, dict
             "prompts": len(rows),
             "mean_completion": mean([p["mean_completion"] for p in rows]),
             "solve_rate": sum(p["passes"] for p in rows) / (len(rows) * group_size),
-            "frac_zero_std": mean([1.0 if p["zero_std"] else 0.0 for p in rows]),
+            FRAC_ZERO_STD: mean([1.0 if p["zero_std"] else 0.0 for p in rows]),
         }
     return out
 
@@ -159,7 +160,7 @@ def task_mix(kinds: dict[str, dict[str, float]]) -> str:
     """Which task kinds to train on: those with reward variance and room to learn (not solved every time)."""
     if len(kinds) < 2:
         return ""
-    keep = [k for k, v in kinds.items() if v["frac_zero_std"] < 1 and v["solve_rate"] < 1]
+    keep = [k for k, v in kinds.items() if v[FRAC_ZERO_STD] < 1 and v["solve_rate"] < 1]
     drop = [k for k in kinds if k not in keep]
     parts = ", ".join(
         f"{k} (completion {v['mean_completion']:.2f}, solved {v['solve_rate']:.0%})" for k, v in kinds.items()
@@ -173,9 +174,9 @@ def task_mix(kinds: dict[str, dict[str, float]]) -> str:
 def recommend(s: dict[str, Any]) -> str:
     """Advice from the smoke test, with the reason (the stream's rule: some variance, not hopeless, not trivial)."""
     G, n = s["group_size"], s["prompts"]
-    zero = s["frac_zero_std"]
+    zero = s[FRAC_ZERO_STD]
     fails, passes = len(s["all_fail"]), len(s["all_pass"])
-    if s["tool_call_prob"] == 0 and fails == n:
+    if s[TOOL_CALL_PROB] == 0 and fails == n:
         return (
             "no signal: the base model makes no valid tool call and never succeeds, so every group has equal "
             "completion reward. Start with an SFT warm start (train.sft_steps > 0) on reference transcripts."

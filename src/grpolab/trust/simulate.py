@@ -21,8 +21,21 @@ from typing import Any, ClassVar
 import numpy as np
 
 from grpolab.config import LabConfig
-from grpolab.metrics import reward_key
 from grpolab.rewards.components import standard_names
+from grpolab.vocabulary import (
+    ADV_MEAN_ABS,
+    HACK_MASS,
+    KL,
+    POLICY_LOSS,
+    REWARD_MEAN,
+    SIM_BANDS,
+    SIM_TO_REAL,
+    SUCCESS,
+    TOOL_CALL_PROB,
+    TOOL_TOKEN_MASS,
+    band_key,
+    reward_key,
+)
 
 CLASSES = [
     "free_text_guess",
@@ -208,21 +221,21 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
             # stable for any beta: pi_new ~ ((pi * exp(lr * grad)) * pi_0 ** (lr * beta)) ** (1 / (1 + lr * beta))
             theta = (theta + s.lr * grad + shrink * log_p0) / (1 + shrink)
         history[t] = _softmax(theta)
-    keys = [*(reward_key(n) for n in standard_names()), "reward/mean"]
+    keys = [*(reward_key(n) for n in standard_names()), REWARD_MEAN]
     curves = {k: history @ table[:, j] for j, k in enumerate(keys)}
     # the trainer's units: a mean per-token k3 estimate, so the class-level (per-episode) KL is spread over the
     # episode's generated tokens; coarse-graining episodes into classes can only underestimate the sequence KL
     tokens = np.array([profiles[c].tokens for c in CLASSES])
     class_kl = (history * (np.log(history) - log_p0)).sum(-1) / np.maximum(history @ tokens, 1.0)
-    curves["kl"] = s.kl_scale * class_kl
-    curves["tool_call_prob"] = history @ call
+    curves[KL] = s.kl_scale * class_kl
+    curves[TOOL_CALL_PROB] = history @ call
     # the class policy's probability of starting with a call: the simulator's counterpart of tool_token_mass
-    curves["tool_token_mass"] = history @ call
-    curves["adv/mean_abs"] = adv_abs
+    curves[TOOL_TOKEN_MASS] = history @ call
+    curves[ADV_MEAN_ABS] = adv_abs
     # group-centred advantages make the surrogate 0 at ratio 1, so the loss is the KL term
-    curves["policy_loss"] = beta * curves["kl"]
-    curves["hack_mass"] = history @ hack
-    curves["success"] = history @ success
+    curves[POLICY_LOSS] = beta * curves[KL]
+    curves[HACK_MASS] = history @ hack
+    curves[SUCCESS] = history @ success
     means = {k: v.mean(-1) for k, v in curves.items()}
     bands = {k: np.percentile(v, [10, 90], axis=-1) for k, v in curves.items()}
     iterations = []
@@ -230,7 +243,8 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
         row: dict[str, Any] = {"step": t}
         for k in curves:
             row[k] = float(means[k][t])
-            row[f"{k}/p10"], row[f"{k}/p90"] = float(bands[k][0, t]), float(bands[k][1, t])
+            for i, band in enumerate(SIM_BANDS):
+                row[band_key(k, band)] = float(bands[k][i, t])
         iterations.append(row)
     final = _softmax(theta).mean(0)
     return {
@@ -262,14 +276,14 @@ def warnings(iterations: list[dict[str, Any]], final: dict[str, float]) -> list[
     """What a person should not miss in a simulated run: hacks taking over, success falling."""
     first, last = iterations[0], iterations[-1]
     out = []
-    if last["hack_mass"] > max(0.5, first["hack_mass"] + 0.2):
+    if last[HACK_MASS] > max(0.5, first[HACK_MASS] + 0.2):
         top = max(HACK_CLASSES, key=lambda c: final[c])
         out.append(
-            f"reward hacking: {last['hack_mass']:.0%} of episodes end in classes that score without solving "
-            f"(mostly {top}), from {first['hack_mass']:.0%}; the reward pays for structure, not for the task"
+            f"reward hacking: {last[HACK_MASS]:.0%} of episodes end in classes that score without solving "
+            f"(mostly {top}), from {first[HACK_MASS]:.0%}; the reward pays for structure, not for the task"
         )
-    if last["success"] < first["success"] - 0.05:
-        out.append(f"success falls from {first['success']:.0%} to {last['success']:.0%} under these weights")
+    if last[SUCCESS] < first[SUCCESS] - 0.05:
+        out.append(f"success falls from {first[SUCCESS]:.0%} to {last[SUCCESS]:.0%} under these weights")
     return out
 
 
@@ -277,7 +291,7 @@ def sim_to_real(sim: dict[str, Any], real_rows: list[dict[str, Any]]) -> dict[st
     """Mean absolute difference between simulated and measured curves, per curve, on the steps both have."""
     by_step = {row["step"]: row for row in sim["iterations"]}
     gaps = {}
-    for key in ("reward/mean", "kl", "tool_call_prob", "success"):
+    for key in SIM_TO_REAL:
         pairs = [(by_step[r["step"]][key], r[key]) for r in real_rows if r.get("step") in by_step and key in r]
         if pairs:
             gaps[key] = float(np.mean([abs(a - b) for a, b in pairs]))
@@ -293,18 +307,18 @@ def fit_lr(
     from dataclasses import replace
 
     scales = {}
-    for key in ("reward/mean", "kl", "tool_call_prob", "success"):
+    for key in SIM_TO_REAL:
         values = [abs(r[key]) for r in real_rows if key in r]
         scales[key] = max(float(np.mean(values)), 1e-6) if values else 1.0
-    real_kl = sum(r.get("kl", 0.0) for r in real_rows)
+    real_kl = sum(r.get(KL, 0.0) for r in real_rows)
     best: tuple[float, dict[str, Any]] | None = None
     for lr in np.geomspace(0.003, 3.0, 25):
         # only the KL curve depends on kl_scale, linearly: simulate once unscaled, then scale that curve
         iterations = simulate(profiles, prior, replace(s, lr=float(lr), kl_scale=1.0))["iterations"]
-        by_step = {row["step"]: row["kl"] for row in iterations}
-        sim_kl = sum(by_step.get(r["step"], 0.0) for r in real_rows if "kl" in r)
+        by_step = {row["step"]: row[KL] for row in iterations}
+        sim_kl = sum(by_step.get(r["step"], 0.0) for r in real_rows if KL in r)
         kl_scale = real_kl / sim_kl if sim_kl > 0 and real_kl > 0 else 1.0
-        scaled = [{**row, "kl": kl_scale * row["kl"]} for row in iterations]
+        scaled = [{**row, KL: kl_scale * row[KL]} for row in iterations]
         gaps = sim_to_real({"iterations": scaled}, real_rows)
         total = sum(v / scales[k] for k, v in gaps.items())
         if best is None or total < best[0]:

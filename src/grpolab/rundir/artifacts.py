@@ -1,0 +1,195 @@
+"""The files of a run directory other than weights: the config, JSON artifacts, step rows, evaluations, STOP.
+
+Whole-file writes are atomic (`grpolab.files`); metric and episode rows are appended. Resume rewinds both to the
+last intact checkpoint's step, so no step is recorded twice or lost. Callers name files through the accessors
+here (`write_preflight`, `eval_rows`, ...), never by a file name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpolab.errors import UserError
+from grpolab.files import append_jsonl, atomic_write_text, read_json, read_jsonl, write_jsonl
+from grpolab.rundir.base import RunPath
+from grpolab.rundir.layout import (
+    CONFIG_FILE,
+    EPISODES_FILE,
+    EVAL_DIR,
+    METRICS_FILE,
+    PREFLIGHT_FILE,
+    REPORT_FILE,
+    SFT_FILE,
+    STOP_FILE,
+    SUMMARY_FILE,
+    TRL_DIR,
+    eval_file,
+)
+from grpolab.vocabulary import HELDOUT_SUCCESS
+
+if TYPE_CHECKING:
+    from grpolab.config import LabConfig
+
+
+class Artifacts(RunPath):
+    # ---- paths ----
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def episodes_path(self) -> Path:
+        return self.path / EPISODES_FILE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    @property
+    def preflight_path(self) -> Path:
+        return self.path / PREFLIGHT_FILE
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT_FILE
+
+    @property
+    def trl_dir(self) -> Path:
+        """TRL's own output folder (the trl backend)."""
+        return self.path / TRL_DIR
+
+    @property
+    def stop_path(self) -> Path:
+        """A file whose presence asks a running training to checkpoint and stop after its current step."""
+        return self.path / STOP_FILE
+
+    def eval_path(self, label: str) -> Path:
+        return self.path / eval_file(label)
+
+    # ---- config and JSON artifacts ----
+
+    def write_config(self, cfg: LabConfig) -> None:
+        self.write_json(CONFIG_FILE, cfg.model_dump(mode="json"))
+
+    def read_config(self) -> LabConfig:
+        from grpolab.config import LabConfig
+
+        data = self.config_data()
+        try:
+            return LabConfig.model_validate(data)
+        except Exception as exc:
+            first = str(exc).splitlines()[0]
+            raise UserError(f"{self.config_path} is not a valid config ({first})", "fix or remove it")
+
+    def config_data(self) -> Any:
+        """config.json as JSON, which must be there and readable (UserError otherwise); not validated."""
+        return self.read_json(CONFIG_FILE)
+
+    def is_run(self) -> bool:
+        return self.config_path.is_file()
+
+    def has_steps(self) -> bool:
+        """Whether a training has recorded steps here (metrics.jsonl exists)."""
+        return self.metrics_path.exists()
+
+    def write_json(self, name: str, data: Any) -> None:
+        atomic_write_text(self.path / name, json.dumps(data, indent=2, default=str) + "\n")
+
+    def read_json(self, name: str) -> Any:
+        """A JSON artifact that must be there and valid (UserError otherwise)."""
+        path = self.path / name
+        if not path.is_file():
+            raise UserError(f"{path} not found", "is this a grpolab run directory? (it needs config.json)")
+        problems: list[str] = []
+        data = read_json(path, problems)
+        if problems:
+            raise UserError(f"{path}: {problems[0]}", "restore it or start a new run")
+        return data
+
+    def artifact(self, name: str, problems: list[str] | None = None) -> Any:
+        """A JSON artifact read defensively: None when missing or unreadable (the reason goes to `problems`)."""
+        return read_json(self.path / name, problems)
+
+    def write_preflight(self, report: dict[str, Any]) -> None:
+        """The probes (and learnability) of the run's preflight check."""
+        self.write_json(PREFLIGHT_FILE, report)
+
+    def preflight(self, problems: list[str] | None = None) -> Any:
+        """preflight.json read defensively (None when missing or unreadable)."""
+        return self.artifact(PREFLIGHT_FILE, problems)
+
+    def write_sft(self, record: dict[str, Any]) -> None:
+        """The SFT warm start's losses and time."""
+        self.write_json(SFT_FILE, record)
+
+    def sft(self, problems: list[str] | None = None) -> Any:
+        """sft.json read defensively (None when the run had no SFT or it is unreadable)."""
+        return self.artifact(SFT_FILE, problems)
+
+    # ---- step rows ----
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        append_jsonl(self.metrics_path, [row])
+
+    def append_episodes(self, rows: list[dict[str, Any]]) -> None:
+        append_jsonl(self.episodes_path, rows)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Metric rows with an integer step (unreadable lines skipped)."""
+        return [r for r in read_jsonl(self.metrics_path) if isinstance(r.get("step"), int)]
+
+    def episodes(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.episodes_path)
+
+    def rewind(self, step: int) -> None:
+        """Drop metric and episode rows after `step` (they are redone after a resume)."""
+        for path in (self.metrics_path, self.episodes_path):
+            if path.exists():
+                write_jsonl(path, [r for r in read_jsonl(path) if r.get("step", 0) <= step])
+
+    # ---- evaluations ----
+
+    def record_eval(self, label: str, rows: list[dict[str, Any]], summary: dict[str, float]) -> None:
+        """The episodes of one held-out evaluation and its summary (under `label`: base, 0, or a step)."""
+        write_jsonl(self.eval_path(label), rows)
+        data = self.eval_summary()
+        data[str(label)] = summary
+        self.write_json(SUMMARY_FILE, data)
+
+    def eval_summary(self, problems: list[str] | None = None) -> dict[str, Any]:
+        """Held-out metrics by evaluation label ({} when none was recorded)."""
+        data = read_json(self.summary_path, problems)
+        return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+    def eval_rows(self, label: str) -> list[dict[str, Any]]:
+        return read_jsonl(self.eval_path(label))
+
+    def eval_labels(self) -> list[str]:
+        """Evaluation labels in order: base, then steps."""
+        folder = self.path / EVAL_DIR
+        stems = {p.stem for p in folder.glob("*.jsonl")} if folder.is_dir() else set()
+        steps = sorted((s for s in stems if s.isdigit()), key=int)
+        return (["base"] if "base" in stems else []) + steps
+
+    def heldout_at_start(self) -> float | None:
+        """Held-out success before GRPO (eval label "0"), if it was measured."""
+        start = self.eval_summary().get("0", {}).get(HELDOUT_SUCCESS)
+        return float(start) if isinstance(start, (int, float)) else None
+
+    # ---- stop requests ----
+
+    def request_stop(self) -> None:
+        atomic_write_text(self.stop_path, "stop requested\n")
+
+    def stop_requested(self) -> bool:
+        return self.stop_path.is_file()
+
+    def clear_stop(self) -> None:
+        self.stop_path.unlink(missing_ok=True)

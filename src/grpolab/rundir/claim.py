@@ -1,0 +1,108 @@
+"""The claim: one trainer per run directory.
+
+`claim` takes an exclusive flock on grpolab.lock and keeps it until `release` or the process ends (the kernel drops
+it on any death, kill -9 included, so it never goes stale). A second trainer gets a UserError naming the holder,
+read from the lock file or claim.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from grpolab.errors import UserError
+from grpolab.files import adopt_lock, atomic_write_text, is_locked, read_json, try_lock
+from grpolab.rundir.base import RunPath
+from grpolab.rundir.layout import CLAIM_FILE, LOCK_FILE, STOP_FILE
+
+LOCK_FD_ENV = "GRPOLAB_RUN_LOCK_FD"
+"""A claimed run's lock handed to a child process (the web lab's jobs): the fd number it inherited."""
+
+_HELD: dict[Path, int] = {}
+"""Run directories this process holds (resolved path -> the fd holding the flock)."""
+
+
+class Claim(RunPath):
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK_FILE
+
+    def claim(self) -> None:
+        """Hold this run directory for this process (UserError naming the holder when another process has it)."""
+        key = self.path.resolve()
+        if key in _HELD:
+            return
+        fd = self._inherited_lock()
+        if fd is None:
+            try:
+                fd = try_lock(self.lock_path)
+            except OSError as exc:
+                raise UserError(
+                    f"cannot lock run directory {self.path} ({exc.strerror or exc})",
+                    "pick a --out in a folder you can write to, on a file system with locks",
+                ) from None
+        if fd is None:
+            raise UserError(
+                f"run directory {self.path} is in use by {self.holder()}",
+                f"wait for it to end, stop it (create {self.path / STOP_FILE}), or pick another --out",
+            )
+        _HELD[key] = fd
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        info["command"] = " ".join(["grpolab", *sys.argv[1:]])[:300]
+        os.ftruncate(fd, 0)  # named in the lock file at once (no fsync), then durably in claim.json
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        atomic_write_text(self.path / CLAIM_FILE, json.dumps(info, indent=2, default=str) + "\n")
+
+    def _inherited_lock(self) -> int | None:
+        text = os.environ.get(LOCK_FD_ENV, "")
+        if text.isdigit() and adopt_lock(int(text), self.lock_path):
+            del os.environ[LOCK_FD_ENV]  # adopted once; our own children do not inherit it
+            return int(text)
+        return None
+
+    @property
+    def lock_fd(self) -> int:
+        """The fd holding this process's claim (to hand the run to a child process with `pass_fds`)."""
+        return _HELD[self.path.resolve()]
+
+    def release(self) -> None:
+        """Let go of the claim (closing our fd; a child that inherited it keeps the lock until it exits)."""
+        fd = _HELD.pop(self.path.resolve(), None)
+        if fd is not None:
+            os.close(fd)
+
+    def in_use(self) -> bool:
+        """Whether a process (this one included) holds the claim: a training is running into this directory."""
+        return self.path.resolve() in _HELD or is_locked(self.lock_path)
+
+    def holder(self, wait_s: float = 2.0) -> str:
+        """Who holds the claim, as the lock file (or claim.json) says: for messages, the lock itself is the
+        authority. A holder that has just taken the lock names itself a moment later, so a missing or stale name
+        is read again for up to `wait_s` seconds."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for name in (LOCK_FILE, CLAIM_FILE):
+                info = read_json(self.path / name)
+                if isinstance(info, dict) and _alive(info.get("pid")):
+                    pid, host, since, command = (info.get(k) for k in ("pid", "host", "since", "command"))
+                    return f"pid {pid} on {host} since {since} ({command})"
+            if time.monotonic() >= deadline:
+                return "another process"
+            time.sleep(0.05)
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # alive, someone else's
+        return True
+    except OSError:
+        return False
+    return True

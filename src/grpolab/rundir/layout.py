@@ -1,0 +1,42 @@
+"""The names of a run directory's files (docs/design.md, "Run directory"): declared here, spelled nowhere else.
+
+runs/NAME/config.json           the resolved config
+runs/NAME/metrics.jsonl         one row per GRPO step (append-only)
+runs/NAME/episodes.jsonl        sampled trajectories with per-component rewards and reasons (append-only)
+runs/NAME/eval/LABEL.jsonl      held-out episodes of one evaluation (base, 0, step numbers)
+runs/NAME/eval/summary.json     held-out metrics by evaluation label
+runs/NAME/preflight.json        probes (and learnability when `check --save` wrote it)
+runs/NAME/sft.json, sft/        SFT losses and the warm start's trainable weights
+runs/NAME/checkpoints/step-N/   trainable weights, optimizer, RNG state, step
+runs/NAME/report.html           written by `grpolab.report`
+runs/NAME/STOP                  asks a running training to checkpoint and stop
+runs/NAME/grpolab.lock          flock-ed by the one process that trains into the run (never replaced)
+runs/NAME/claim.json            who holds it (pid, host, since, command)
+"""
+
+from __future__ import annotations
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+EPISODES_FILE = "episodes.jsonl"
+EVAL_DIR = "eval"
+SUMMARY_FILE = f"{EVAL_DIR}/summary.json"
+PREFLIGHT_FILE = "preflight.json"
+SFT_FILE = "sft.json"
+SFT_DIR = "sft"
+WARM_START_FILE = f"{SFT_DIR}/trainable.pt"
+WARM_START_SOURCE_FILE = f"{SFT_DIR}/source.json"
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "step-"
+REPORT_FILE = "report.html"
+STOP_FILE = "STOP"
+LOCK_FILE = "grpolab.lock"
+CLAIM_FILE = "claim.json"
+MANIFEST_FILE = "manifest.json"
+TRL_DIR = "trl"
+"""TRL's own output folder (the trl backend's trainer state)."""
+
+
+def eval_file(label: str) -> str:
+    """`eval/base.jsonl`: the episodes of one held-out evaluation."""
+    return f"{EVAL_DIR}/{label}.jsonl"
