@@ -5,13 +5,13 @@ import pytest
 
 from grpolab.config import load_config
 from grpolab.rewards.components import standard_names
+from grpolab.trust.behaviour import classify_episode
 from grpolab.trust.simulate import (
     CLASSES,
     DEFAULT_PRIOR,
     ClassProfile,
     SimSettings,
     class_rewards,
-    classify,
     measure_profiles,
     prior_from_rows,
     sim_to_real,
@@ -109,7 +109,7 @@ def test_calibration_classifies_scored_rows():
             "text": "I think it rose.",
         },
     ]
-    assert [classify(r) for r in rows] == ["grounded_correct", "call_no_answer", "free_text_guess"]
+    assert [classify_episode(r) for r in rows] == ["grounded_correct", "call_no_answer", "free_text_guess"]
     prior = prior_from_rows(rows)
     assert sum(prior.values()) == pytest.approx(1.0) and prior["free_text_guess"] > prior["malformed_call"]
 

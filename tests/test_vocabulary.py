@@ -12,14 +12,19 @@ from grpolab.metrics import heldout_summary
 from grpolab.rewards.components import register_reward, standard_names, unregister_reward
 from grpolab.trl.backend import TRL_TO_LAB, lab_metrics
 from grpolab.trust.alarms import AlarmWatch
+from grpolab.trust.drift import step_behaviour
 from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 from grpolab.vocabulary import (
+    ATTRIBUTION,
+    BEHAVIOUR,
     CHART_GROUPS,
     EVAL,
+    REWARD_MEAN,
     SIM_BANDS,
     SIMULATOR,
     SKIP_REASON,
     SPECS,
+    SUCCESS,
     TRAINER,
     TRL,
     WATCH,
@@ -101,4 +106,16 @@ def test_the_trl_backend_maps_logs_to_what_it_declares():
 
 
 def test_the_alarm_watch_writes_what_it_declares():
-    assert_writes_what_it_declares(WATCH, AlarmWatch(load_config(None, {})).check({ROW_INDEX: 1}))
+    watch = AlarmWatch(load_config(None, {}))
+    rows = [{ROW_INDEX: i, REWARD_MEAN: 1.0 + i, reward_key("format"): 0.1 * i, SUCCESS: 0.5} for i in range(1, 5)]
+    first = watch.check(rows[0])  # too early to attribute: the attribution fields come once two windows exist
+    assert_writes_what_it_declares(WATCH, first, absent_ok={ATTRIBUTION})
+    for row in rows[1:]:
+        last = watch.check(row)
+    assert_writes_what_it_declares(WATCH, last)
+
+
+def test_the_behaviour_summary_writes_what_it_declares(finance):
+    task = finance.tasks("train")[0]
+    row = {"text": finance.reference_transcript(task), "components": {"completion": 1.0}, "valid_calls": 2}
+    assert_writes_what_it_declares(BEHAVIOUR, step_behaviour([row]))

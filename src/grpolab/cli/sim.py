@@ -67,10 +67,10 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
 
 def _classifiable(row: dict[str, Any]) -> bool:
     """Whether the simulator can read an episode row's class (a damaged row has the wrong types)."""
-    from grpolab.trust.simulate import classify
+    from grpolab.trust.behaviour import classify_episode
 
     try:
-        classify(row)
+        classify_episode(row)
     except (AttributeError, TypeError, ValueError):
         return False
     return True
@@ -118,7 +118,14 @@ def simulate(
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, grpo__beta=beta)
     source = calibrate or real
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR
-    profiles = measure_profiles(env_for(cfg), default_token_counter(), cfg.reward.length_unit)
+    environment = env_for(cfg)
+    profiles = measure_profiles(
+        environment,
+        default_token_counter(),
+        cfg.reward.length_unit,
+        weights=cfg.reward.weights,
+        thought_min_words=cfg.reward.thought_min_words,
+    )
     result = run_sim(profiles, prior, SimSettings(cfg, steps=steps, runs=runs, lr=lr))
     result["prior_source"] = (
         str(source) if source else "documented default (the demo's first GRPO step, after SFT seeding)"

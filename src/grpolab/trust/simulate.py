@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from grpolab.config import LabConfig
-from grpolab.rewards.components import standard_names
+from grpolab.rewards.components import THOUGHT_MIN_WORDS, standard_names
+from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     HACK_MASS,
@@ -34,21 +35,10 @@ from grpolab.vocabulary import (
     TOOL_CALL_PROB,
     TOOL_TOKEN_MASS,
     band_key,
+    class_key,
     reward_key,
 )
 
-CLASSES = [
-    "free_text_guess",
-    "malformed_call",
-    "wrong_result_call",
-    "grounded_correct",
-    "dummy_tags",
-    "call_no_answer",
-    "verbose_correct",
-]
-CALL_CLASSES = {"wrong_result_call", "grounded_correct", "call_no_answer", "verbose_correct"}
-HACK_CLASSES = {"dummy_tags", "call_no_answer"}
-"""Classes that can score without solving the task."""
 DEFAULT_PRIOR = {
     "free_text_guess": 0.07,
     "malformed_call": 0.20,
@@ -57,10 +47,18 @@ DEFAULT_PRIOR = {
     "dummy_tags": 0.07,
     "call_no_answer": 0.32,
     "verbose_correct": 0.07,
+    "empty_thought": 0.0,
+    "dropped_thought": 0.0,
+    "hedged_answer": 0.0,
+    "code_block_only": 0.0,
 }
 """Used when no real episodes are given: the class mix of the demo's first GRPO step (16 samples of SmolLM2-135M
 after the demo's 10 SFT seeding steps, smoothed by 0.5 per class; `grpolab simulate --real runs/demo` measures it).
-The base model alone is almost all free_text_guess, which GRPO cannot move (no call ever samples)."""
+The base model alone is almost all free_text_guess, which GRPO cannot move (no call ever samples). The shortcut
+classes (empty or dropped thought, hedged answer, code block only) start at the floor of 1e-6: the simulator then
+shows whether the weights pay for them, not how soon a real policy stumbles on one."""
+PRIOR_FLOOR = 1e-6
+"""Smallest initial probability of a class (a class with prior 0 could never be sampled)."""
 
 
 DEFAULT_LR = 0.3
@@ -78,13 +76,27 @@ class ClassProfile:
 
     components: dict[str, float]
     tokens: float
-    """Generated tokens of the class's transcripts (how `classify` tells verbose answers from concise ones)."""
+    """Generated tokens of the class's transcripts (how the classifier tells verbose answers from concise ones)."""
+    reachable: bool = True
+    """False where the environment cannot produce the class (it then never samples)."""
 
 
-def measure_profiles(env: Any, count_tokens: Any, length_unit: int = 100, n_tasks: int = 4) -> dict[str, ClassProfile]:
-    """Score real transcripts of each class (built from the env's tasks and tools) with the lab's reward."""
+def measure_profiles(
+    env: Any,
+    count_tokens: Any,
+    length_unit: int = 100,
+    n_tasks: int = 4,
+    weights: dict[str, float] | None = None,
+    thought_min_words: int = THOUGHT_MIN_WORDS,
+) -> dict[str, ClassProfile]:
+    """Score real transcripts of each class (built from the env's tasks and tools) with the lab's reward.
+
+    The standard components are always measured, and any other component `weights` names (a user reward, the
+    deliberately gameable ones). A class the environment cannot produce (no thought to empty in `code`) keeps the
+    free-text profile and is marked unreachable."""
     from grpolab.rewards.score import score_transcript
     from grpolab.trust.probes import call_without_answer, dummy_tags, empty_call, padding
+    from grpolab.trust.shortcuts import drop_thought, empty_thought, second_candidate
 
     def wrong_result(env: Any, task: Any) -> str:
         parts = env.reference_parts(task)
@@ -92,6 +104,9 @@ def measure_profiles(env: Any, count_tokens: Any, length_unit: int = 100, n_task
 
     def free_text(env: Any, task: Any) -> str:
         return "I think it went up, roughly 15% or so, based on typical market behaviour for this kind of company."
+
+    def code_block_only(env: Any, task: Any) -> str:
+        return "```python\ndef solution(*args):\n    return None\n```"
 
     builders = {
         "free_text_guess": free_text,
@@ -101,40 +116,39 @@ def measure_profiles(env: Any, count_tokens: Any, length_unit: int = 100, n_task
         "dummy_tags": dummy_tags,
         "call_no_answer": call_without_answer,
         "verbose_correct": padding,
+        "empty_thought": empty_thought,
+        "dropped_thought": drop_thought,
+        "hedged_answer": second_candidate,
+        "code_block_only": code_block_only,
     }
     tasks = env.tasks("train")[:n_tasks]
-    names = standard_names()
+    names = [*standard_names(), *(n for n in weights or {} if n not in standard_names())]
     unit = dict.fromkeys(names, 1.0)
-    profiles = {}
+    profiles: dict[str, ClassProfile] = {}
     for name, build in builders.items():
-        scores = [score_transcript(env, t, build(env, t), unit, length_unit, count_tokens=count_tokens) for t in tasks]
+        texts = [(t, build(env, t)) for t in tasks]
+        texts = [(t, x) for t, x in texts if x is not None]
+        if not texts:
+            profiles[name] = ClassProfile(dict(profiles["free_text_guess"].components), 0.0, reachable=False)
+            continue
+        scores = [
+            score_transcript(
+                env, t, x, unit, length_unit, count_tokens=count_tokens, thought_min_words=thought_min_words
+            )
+            for t, x in texts
+        ]
         values = {k: float(np.mean([s.components[k] for s in scores])) for k in names}
         profiles[name] = ClassProfile(values, values.get("length", 0.0) * length_unit)
     return profiles
 
 
-def classify(row: dict[str, Any]) -> str:
-    """The class of a scored episode row (episodes.jsonl / eval rows), from its components and reasons."""
-    comp, reasons = row.get("components") or {}, row.get("reasons") or {}
-    tokens = row.get("tokens") or (comp.get("length") or 0) * 100
-    if comp.get("completion") == 1.0:
-        return "verbose_correct" if tokens > 250 else "grounded_correct"
-    valid = row.get("valid_calls", 0)
-    if valid and "no final answer" in str(reasons.get("completion", "")):
-        return "call_no_answer"
-    if valid:
-        return "wrong_result_call"
-    if "call" in str(reasons.get("schema", "")) and not str(reasons.get("schema", "")).startswith("no tool call"):
-        return "malformed_call"
-    if tokens < 30 and "<" in str(row.get("text", "")):
-        return "dummy_tags"
-    return "free_text_guess"
-
-
-def prior_from_rows(rows: list[dict[str, Any]], smoothing: float = 0.5) -> dict[str, float]:
+def prior_from_rows(
+    rows: list[dict[str, Any]], smoothing: float = 0.5, thought_required: bool = True
+) -> dict[str, float]:
+    """The class mix of real episode rows (the shared classifier), smoothed by `smoothing` per class."""
     counts = {c: smoothing for c in CLASSES}
     for r in rows:
-        counts[classify(r)] += 1
+        counts[classify_episode(r, thought_required)] += 1
     total = sum(counts.values())
     return {c: v / total for c, v in counts.items()}
 
@@ -157,12 +171,15 @@ class SimSettings:
 
 
 def class_rewards(profiles: dict[str, ClassProfile], weights: dict[str, float]) -> np.ndarray:
-    """(K, C + 1): the weighted standard components per class, then the total."""
+    """(K, C + 1): the weighted standard components per class, then the total (other measured components count in
+    the total: a weighted user reward or a gameable one)."""
     names = standard_names()
+    extra = [n for n in weights if n not in names and all(n in p.components for p in profiles.values())]
     out = np.zeros((len(CLASSES), len(names) + 1))
     for i, c in enumerate(CLASSES):
         out[i, :-1] = [weights.get(n, 0.0) * profiles[c].components[n] for n in names]
-        out[i, -1] = out[i, :-1].sum()
+        out[i, -1] = sum(weights[n] * profiles[c].components[n] for n in extra)
+        out[i, -1] += out[i, :-1].sum()
     return out
 
 
@@ -179,7 +196,7 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     K, R = len(CLASSES), s.runs
     table = class_rewards(profiles, weights)  # (K, C + 1)
     reward = table[:, -1]  # (K,)
-    p0 = np.array([max(prior.get(c, 0.0), 1e-6) for c in CLASSES])
+    p0 = np.array([max(prior.get(c, 0.0), PRIOR_FLOOR) if profiles[c].reachable else 1e-12 for c in CLASSES])
     p0 = p0 / p0.sum()
     log_p0 = np.log(p0)
     theta = np.tile(log_p0, (R, 1))  # (R, K) logits
@@ -236,6 +253,8 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     curves[POLICY_LOSS] = beta * curves[KL]
     curves[HACK_MASS] = history @ hack
     curves[SUCCESS] = history @ success
+    for i, c in enumerate(CLASSES):  # the same class names as a real run's behaviour fields
+        curves[class_key(c)] = history[..., i]
     means = {k: v.mean(-1) for k, v in curves.items()}
     bands = {k: np.percentile(v, [10, 90], axis=-1) for k, v in curves.items()}
     iterations = []
