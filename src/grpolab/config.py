@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grpolab.errors import UserError
-from grpolab.rewards.components import COMPONENTS, default_weights, letter, standard_names
+from grpolab.rewards.components import COMPONENTS, DEFAULT_LENGTH_UNIT, default_weights, letter, standard_names
 
 
 class _Section(BaseModel):
@@ -29,7 +29,7 @@ class _Section(BaseModel):
 class RewardConfig(_Section):
     weights: dict[str, float] = Field(default_factory=default_weights)
     """Weight of each reward component in the episode reward (a weighted sum). Keys are reward names."""
-    length_unit: int = Field(100, gt=0)
+    length_unit: int = Field(DEFAULT_LENGTH_UNIT, gt=0)
     """The length component counts generated tokens in units of this many (tool output excluded)."""
 
     @field_validator("weights")

@@ -25,6 +25,9 @@ class RewardContext:
     length_unit: int
 
 
+DEFAULT_LENGTH_UNIT = 100
+"""Generated tokens per unit of the length component (the default of `reward.length_unit`)."""
+
 RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[float, str]]
 
 

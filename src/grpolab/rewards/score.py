@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.envs.base import Environment, Task
-from grpolab.rewards.components import COMPONENTS, RewardContext, default_weights, letter, standard_names
+from grpolab.rewards.components import (
+    COMPONENTS,
+    DEFAULT_LENGTH_UNIT,
+    RewardContext,
+    default_weights,
+    letter,
+    standard_names,
+)
 from grpolab.rewards.replay import replay
 
 
@@ -76,7 +83,7 @@ def score_transcript(
     task: Task,
     text: str,
     weights: dict[str, float] | None = None,
-    length_unit: int = 100,
+    length_unit: int = DEFAULT_LENGTH_UNIT,
     gen_tokens: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
 ) -> Score:

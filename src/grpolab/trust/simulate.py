@@ -22,7 +22,7 @@ import numpy as np
 
 from grpolab.config import LabConfig
 from grpolab.metrics import reward_key
-from grpolab.rewards.components import standard_names
+from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, standard_names
 
 CLASSES = [
     "free_text_guess",
@@ -50,6 +50,8 @@ after the demo's 10 SFT seeding steps, smoothed by 0.5 per class; `grpolab simul
 The base model alone is almost all free_text_guess, which GRPO cannot move (no call ever samples)."""
 
 
+DEFAULT_RUNS = 16
+"""Seeded simulated runs averaged (the CLI's --runs and the lab's simulator)."""
 DEFAULT_LR = 0.3
 """The step size fitted to the real demo run (`grpolab simulate --real runs/demo` prints the best-fitting one)."""
 DEFAULT_KL_SCALE = 101.0
@@ -68,7 +70,9 @@ class ClassProfile:
     """Generated tokens of the class's transcripts (how `classify` tells verbose answers from concise ones)."""
 
 
-def measure_profiles(env: Any, count_tokens: Any, length_unit: int = 100, n_tasks: int = 4) -> dict[str, ClassProfile]:
+def measure_profiles(
+    env: Any, count_tokens: Any, length_unit: int = DEFAULT_LENGTH_UNIT, n_tasks: int = 4
+) -> dict[str, ClassProfile]:
     """Score real transcripts of each class (built from the env's tasks and tools) with the lab's reward."""
     from grpolab.rewards.score import score_transcript
     from grpolab.trust.probes import call_without_answer, dummy_tags, empty_call, padding
@@ -134,7 +138,7 @@ class SimSettings:
     cfg: LabConfig
     steps: int = 100
     """Simulated GRPO iterations."""
-    runs: int = 16
+    runs: int = DEFAULT_RUNS
     """Seeded runs averaged (band = 10-90%)."""
     lr: float = DEFAULT_LR  # documented in LR_DOC (the web lab shows it beside the slider)
     kl_scale: float = DEFAULT_KL_SCALE
