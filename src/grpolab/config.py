@@ -59,9 +59,11 @@ class RolloutConfig(_Section):
     """With format = chat_template: how the model writes calls (hermes: <tool_call> JSON blocks; llama3: the turn
     is one {"name", "parameters"} object); auto reads it from the template."""
     engine: Literal["exact", "int8"] = "exact"
-    """exact: rollouts sample from the policy itself; int8: from a copy whose base weights are int8 (weight-only,
-    the LoRA adapters in fp32, refreshed every step), about 4x less memory traffic per decoded token; the loss
-    corrects the mismatch with truncated importance sampling (grpo.is_cap) and logs it (mismatch/*)."""
+    """exact: rollouts sample from the policy itself; int8: from a copy whose base linear layers are dynamic W8A8
+    (int8 weights per output channel, activations quantised to int8 per call; engine/sampler.py), about 4x less
+    memory traffic per decoded token. The copy shares the policy's LoRA adapters (fp32, unmerged), so it follows
+    every update; only full fine-tuning re-quantises its weights each step. The loss corrects the mismatch with
+    truncated importance sampling (grpo.is_cap) and logs it (mismatch/*)."""
 
 
 class GRPOConfig(_Section):

@@ -32,7 +32,7 @@ CURVES = [
     ("frac_zero_std", ["frac_zero_std"]),
 ]
 CONVERGENCE = ["reward/mean", "kl", "tool_token_mass"]
-"""The convergence chart of the seed page (also the web lab's): mean reward, KL and tool-token mass per step."""
+"""The report's convergence chart (also the web lab's): mean reward, KL and tool-token mass per step."""
 HELDOUT_KEYS = ["heldout/success", "heldout/tool_call_prob", "heldout/schema", "heldout/reward"]
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
