@@ -151,16 +151,24 @@ def compare(
         return
     from rich.columns import Columns
     from rich.panel import Panel
+    from rich.text import Text
 
+    # model text, prompts and run names are data: Text, never markup (an answer may contain "[/x]")
     for a, b in zip(left_rows, right_rows):
-        console.print(f"[bold]{a['task_id']}[/bold]: {a['prompt']} (expected {a['answer']})")
+        console.print(Text(str(a["task_id"]), style="bold") + Text(f": {a['prompt']} (expected {a['answer']})"))
         panels = [
-            Panel(r["text"], title=f"{name}  {r['breakdown']}", subtitle=r["reasons"]["completion"][:60], width=60)
+            Panel(
+                Text(r["text"]),
+                title=Text(f"{name}  {r['breakdown']}"),
+                subtitle=Text(r["reasons"]["completion"][:60]),
+                width=60,
+            )
             for name, r in ((against, a), (run, b))
         ]
         console.print(Columns(panels))
     console.print(
-        f"held-out success: {against} {left_sum['heldout/success']:.0%}  vs  {run} {right_sum['heldout/success']:.0%}"
+        f"held-out success: {against} {left_sum['heldout/success']:.0%}  vs  {run} {right_sum['heldout/success']:.0%}",
+        markup=False,
     )
 
 
