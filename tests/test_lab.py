@@ -116,12 +116,12 @@ def test_a_run_started_in_the_background_stops_on_request_and_keeps_its_checkpoi
         },
     )
     out = jobs.start(cfg, tmp_path, "bg")
-    deadline = time.time() + 240
-    while time.time() < deadline and not (out / "metrics.jsonl").is_file():
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (out / "metrics.jsonl").is_file():
         time.sleep(0.5)
     assert jobs.running(tmp_path, "bg"), (tmp_path / ".bg.log").read_text()
     assert "stop requested" in jobs.stop(tmp_path, "bg")
-    while time.time() < deadline and jobs.running(tmp_path, "bg"):
+    while time.monotonic() < deadline and jobs.running(tmp_path, "bg"):
         time.sleep(0.5)
     assert not jobs.running(tmp_path, "bg")
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -147,8 +147,8 @@ def lab_url(runs_root):
         env=env,
     )
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 120
-    while time.time() < deadline:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(url, timeout=2)
             break
@@ -224,8 +224,8 @@ def test_the_private_folder_is_0700_and_removed_on_exit(tmp_path):
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and _status_or_none(f"http://127.0.0.1:{port}/") != 200:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and _status_or_none(f"http://127.0.0.1:{port}/") != 200:
             time.sleep(0.3)
         words = [w for w in log.read_text().split() if "grpolab-lab-" in w]
         assert words, log.read_text()
@@ -409,9 +409,9 @@ def test_one_job_per_run_dir_and_a_cap_on_running_jobs(tmp_path):
         with pytest.raises(UserError, match="2 training jobs are running"):
             jobs.start(cfg, tmp_path, "c")
         assert jobs.active(tmp_path) == ["a", "b"] and not (tmp_path / "c").exists()
-        deadline = time.time() + 120  # the started process takes the claim over (claim.json names it)
+        deadline = time.monotonic() + 120  # the started process takes the claim over (claim.json names it)
         pid = json.loads((tmp_path / ".a.lab.json").read_text())["pid"]
-        while time.time() < deadline and json.loads((first / "claim.json").read_text())["pid"] != pid:
+        while time.monotonic() < deadline and json.loads((first / "claim.json").read_text())["pid"] != pid:
             time.sleep(0.2)
         assert json.loads((first / "claim.json").read_text())["pid"] == pid, (tmp_path / ".a.log").read_text()
         assert jobs.running(tmp_path, "a")
