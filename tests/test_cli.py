@@ -161,3 +161,21 @@ def test_chat_prints_model_text_literally(cli, monkeypatch):
     code, out, err = cli("chat", "--model", "tiny", "-q", "[/q] question")
     assert code == 0, err
     assert out.count(MARKUP) >= 2 and "[/q] question" in out
+
+
+def test_check_prints_a_model_path_literally(capsys):
+    from grpolab.cli.trust import _print
+
+    learn = {"prompts": 1, "group_size": 2, "reward/mean": 0.0, "tool_call_prob": 0.0, "frac_zero_std": 1.0}
+    report = {
+        "env": "finance",
+        "model": f"models/{MARKUP}",
+        "weights": {"format": 1.0},
+        "dry_run": {"references": [{"task_id": "t", "total": 1.0, "breakdown": "F:+1.0"}]},
+        "probes": [],
+        "gameable": [f"gameable: {MARKUP}"],
+        "learnability": {**learn, "pass_at_g": 0, "all_pass": [], "all_fail": [], "recommendation": "ok"},
+    }
+    _print(report)
+    out = capsys.readouterr().out
+    assert f"model=models/{MARKUP}" in out and f"gameable: {MARKUP}" in out

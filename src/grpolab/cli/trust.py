@@ -70,7 +70,11 @@ def check(
 
 
 def _print(report: dict) -> None:
-    console.print(f"[bold]Reward check[/bold] env={report['env']} model={report['model']} weights={report['weights']}")
+    from rich.text import Text
+
+    # the model may be a user's path: data, never markup
+    head = f" env={report['env']} model={report['model']} weights={report['weights']}"
+    console.print(Text("Reward check", style="bold") + Text(head))
     ref = report["dry_run"]["references"][0]
     console.print(f"reference transcript {ref['task_id']}: {ref['total']:+.2f}  {ref['breakdown']}")
     table = Table("probe", "worst task", "score", "honest", "margin", "verdict")
@@ -81,7 +85,7 @@ def _print(report: dict) -> None:
         )
     console.print(table)
     for line in report["gameable"]:
-        console.print(f"[red]{line}[/red]")
+        console.print(Text(line, style="red"))
     iso = report.get("isolation")
     if iso:
         color = "green" if iso["level"] == "strong" else "bold red"
