@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/seeding.py [--steps 1 2 3 4 6 8] [--eval-limit 40] [--seeds 0]
 
-The demo's story is RL's: a policy that rarely calls tools (the seed page's base prior is 18.2%) is carried by GRPO
+The demo's story is RL's: a policy that rarely calls tools is carried by GRPO
 to a reliable agent. The base model never calls a tool, so a few SFT steps on reference transcripts seed the
 protocol; this measures, on the demo config (SmolLM2-135M, finance, greedy, strict verifier), how tool use and
 success grow with those steps, to pick the demo's `train.sft_steps`. Writes benchmarks/results/seeding.json.

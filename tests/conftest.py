@@ -53,14 +53,23 @@ def cli(capsys):
 
 
 def start_grpolab(*args: str) -> subprocess.Popen:
-    """`python -m grpolab.cli ARGS...` as its own process group (so a test can kill it like a user would)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "grpolab.cli", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    """`python -m grpolab.cli ARGS...` as its own process group (so a test can kill it like a user would).
+
+    Its stderr goes to an unlinked temp file, read back through `proc.stderr` (from the start, at any time): a pipe
+    that nobody reads while the test waits would block a child that writes more than 64 KiB."""
+    fd, path = tempfile.mkstemp(prefix="grpolab-stderr-")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grpolab.cli", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=fd,
+            start_new_session=True,
+        )
+        proc.stderr = open(path, encoding="utf-8", errors="replace")  # its own offset: reads from the start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return proc
 
 
 def write_small_config(folder: Path, checkpoint_every: int = 5) -> Path:

@@ -1,5 +1,5 @@
 import math
-import time
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -86,11 +86,22 @@ def test_agrees_with_python_on_integers(a, b, op):
         ("123456789012345 ** 2 ** 6", "exponent|outside"),
     ],
 )
-def test_hostile_sizes_are_refused_before_computing(expr, why):
-    start = time.perf_counter()
-    with pytest.raises(CalculatorError, match=why):
-        calculate(expr)
-    assert time.perf_counter() - start < 1.0
+def test_hostile_sizes_are_refused_before_computing(expr, why, monkeypatch):
+    """Refused by the checks that come before the operation: `round` is never called and no power's result is
+    ever made (a C call holding the GIL cannot be interrupted, so "before" is the only safe time)."""
+    import grpolab.calculator as module
+
+    checked, rounds = [], []
+    check = module._check
+    monkeypatch.setattr(module, "_check", lambda value: check(checked.append(value) or value))
+    sys.setprofile(lambda frame, event, arg: rounds.append(arg) if event == "c_call" and arg is round else None)
+    try:
+        with pytest.raises(CalculatorError, match=why):
+            calculate(expr)
+    finally:
+        sys.setprofile(None)
+    assert rounds == [], "round() was called"
+    assert all(abs(v) <= module.MAX_MAGNITUDE for v in checked), "a result outside the bound was computed"
 
 
 @pytest.mark.parametrize(

@@ -112,3 +112,70 @@ def test_the_demo_finds_its_config_and_draws_sparklines():
     assert load_config(DEMO_CONFIG).train.steps > 0
     lines = convergence_lines([{"step": 1, "reward/mean": 0.5, "kl": 0.0}, {"step": 2, "reward/mean": 2.0, "kl": 0.01}])
     assert lines[1].split()[1] == "▁█" and "0.5 -> 2" in lines[1]
+
+
+MARKUP = "[/x] [bold]loud[/bold] [red]"
+"""Text that rich would read as markup: it must print as written."""
+
+
+def test_config_prints_user_values_literally(cli):
+    code, out, _ = cli("config", "--model", MARKUP)
+    assert code == 0 and MARKUP in out and "[reward]" in out
+
+
+def test_compare_prints_model_text_literally(cli, monkeypatch):
+    import grpolab.engine.evaluate
+    import grpolab.metrics
+    from grpolab.cli import trust as cli_trust
+    from grpolab.config import load_config
+
+    row = {
+        "task_id": "t[/x]",
+        "prompt": f"prompt {MARKUP}",
+        "answer": "[bold]",
+        "text": f"answer {MARKUP}",
+        "breakdown": "F:+1.0",
+        "reasons": {"completion": f"reason {MARKUP}"},
+    }
+    monkeypatch.setattr(cli_trust, "_policy_for", lambda spec, cfg: (None, None, load_config()))
+    monkeypatch.setattr(grpolab.metrics, "episode_row", lambda e: e)
+    monkeypatch.setattr(grpolab.engine.evaluate, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
+    code, out, err = cli("compare", "--run", "[/x]run")
+    flat = out.replace("\n", " ")
+    assert code == 0, err
+    for text in ("t[/x]", f"prompt {MARKUP}", "(expected [bold])", "[/x]run", "[bold]loud[/bold]"):
+        assert text in flat, (text, out)
+
+
+def test_chat_prints_model_text_literally(cli, monkeypatch):
+    from grpolab.agent.chat import ChatEvent, ChatSession
+
+    class Session:
+        def send(self, question):
+            yield ChatEvent("thought", MARKUP)
+            yield ChatEvent("tool_call", name="calc", arguments={"expression": MARKUP})
+            yield ChatEvent("tool_response", response={"error": MARKUP})
+            yield ChatEvent("answer", f"{question} {MARKUP}")
+
+    monkeypatch.setattr(ChatSession, "from_config", classmethod(lambda cls, cfg, **opts: Session()))
+    code, out, err = cli("chat", "--model", "tiny", "-q", "[/q] question")
+    assert code == 0, err
+    assert out.count(MARKUP) >= 2 and "[/q] question" in out
+
+
+def test_check_prints_a_model_path_literally(capsys):
+    from grpolab.cli.trust import _print
+
+    learn = {"prompts": 1, "group_size": 2, "reward/mean": 0.0, "tool_call_prob": 0.0, "frac_zero_std": 1.0}
+    report = {
+        "env": "finance",
+        "model": f"models/{MARKUP}",
+        "weights": {"format": 1.0},
+        "dry_run": {"references": [{"task_id": "t", "total": 1.0, "breakdown": "F:+1.0"}]},
+        "probes": [],
+        "gameable": [f"gameable: {MARKUP}"],
+        "learnability": {**learn, "pass_at_g": 0, "all_pass": [], "all_fail": [], "recommendation": "ok"},
+    }
+    _print(report)
+    out = capsys.readouterr().out
+    assert f"model=models/{MARKUP}" in out and f"gameable: {MARKUP}" in out

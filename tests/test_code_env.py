@@ -161,15 +161,29 @@ LINGER = "61.4372"
 
 def _sandbox_processes() -> list[int]:
     """Processes of any sandbox (their command line holds MARK) or started by one (LINGER)."""
+    return _processes_naming(MARK, LINGER)
+
+
+def _processes_naming(*texts: str) -> list[int]:
+    """Processes (other than this one) whose command line holds any of `texts`."""
+    needles = [t.encode() for t in texts]
     pids = []
     for d in Path("/proc").iterdir():
         try:
             cmdline = (d / "cmdline").read_bytes() if d.name.isdigit() else b""
         except OSError:
             continue
-        if MARK.encode() in cmdline or LINGER.encode() in cmdline:
+        if any(n in cmdline for n in needles):
             pids.append(int(d.name))
     return [p for p in pids if p != os.getpid()]
+
+
+def _until_none_names(path: Path) -> None:
+    """Wait until no process names `path` (a shell told to write it): after that, nothing can still write it."""
+    deadline = time.monotonic() + 30  # a backstop only: the sandbox reaps its tree before run_tests returns
+    while (left := _processes_naming(str(path))) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert left == [], f"still running: {left}"
 
 
 def test_sandbox_timeout_kills_the_whole_group():
@@ -373,7 +387,7 @@ def test_escape_attempts_fail(escape, hook, tmp_path):
     tmp_path.chmod(0o777)  # writable by anyone: only the walls stand between the answer and this file
     code = ESCAPES[escape].replace("MARKER", str(marker)).replace("PROJECT", str(PROJECT))
     r = run_tests(f"try:\n{_indent(code)}\nexcept BaseException:\n    pass\n" + ADD, ADD_TESTS, "add", limits=limits)
-    time.sleep(0.05)  # a shell that got out would have written by now
+    _until_none_names(marker)  # every shell told to write the marker has ended (the sandbox's own are reaped)
     assert not marker.exists(), (escape, hook, r)
     assert r.passed == 3, r  # the answer still ran: the escape failed, not the run
 

@@ -116,12 +116,12 @@ def test_a_run_started_in_the_background_stops_on_request_and_keeps_its_checkpoi
         },
     )
     out = jobs.start(cfg, tmp_path, "bg")
-    deadline = time.time() + 240
-    while time.time() < deadline and not (out / "metrics.jsonl").is_file():
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (out / "metrics.jsonl").is_file():
         time.sleep(0.5)
     assert jobs.running(tmp_path, "bg"), (tmp_path / ".bg.log").read_text()
     assert "stop requested" in jobs.stop(tmp_path, "bg")
-    while time.time() < deadline and jobs.running(tmp_path, "bg"):
+    while time.monotonic() < deadline and jobs.running(tmp_path, "bg"):
         time.sleep(0.5)
     assert not jobs.running(tmp_path, "bg")
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -147,8 +147,8 @@ def lab_url(runs_root):
         env=env,
     )
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 120
-    while time.time() < deadline:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(url, timeout=2)
             break
@@ -224,8 +224,8 @@ def test_the_private_folder_is_0700_and_removed_on_exit(tmp_path):
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and _status_or_none(f"http://127.0.0.1:{port}/") != 200:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and _status_or_none(f"http://127.0.0.1:{port}/") != 200:
             time.sleep(0.3)
         words = [w for w in log.read_text().split() if "grpolab-lab-" in w]
         assert words, log.read_text()
@@ -271,18 +271,77 @@ def test_host_and_origin_rules():
         assert refusal(headers, names), headers
 
 
-FORM = ["finance", "tiny", 1.0, 1.5, 3.0, -0.05, 0.05, 0.2, 4, 2e-4]
-"""env, model, weights F S C L, beta, epsilon, G, learning rate (the order of the page's config inputs)."""
+FORM = {
+    "env": "finance",
+    "model": "tiny",
+    "reward.weights.format": 1.0,
+    "reward.weights.schema": 1.5,
+    "reward.weights.completion": 3.0,
+    "reward.weights.length": -0.05,
+    "grpo.beta": 0.05,
+    "grpo.epsilon": 0.2,
+    "rollout.group_size": 4,
+    "grpo.learning_rate": 2e-4,
+}
+"""The page's config inputs by field name."""
+
+SHORTHAND = {"F": "reward.weights.format", "lr": "grpo.learning_rate", "G": "rollout.group_size"}
 
 
-def _form(**change) -> list:
-    values = dict(zip(["env", "model", "F", "S", "C", "L", "beta", "eps", "G", "lr"], FORM))
-    values.update(change)
-    return list(values.values())
+def _form(steps=None, sft=None, **change) -> dict:
+    values = {**FORM, **{SHORTHAND.get(k, k): v for k, v in change.items()}}
+    if steps is not None:
+        values.update({"train.steps": steps, "train.sft_steps": sft})
+    return values
+
+
+def test_each_form_value_lands_in_the_field_its_control_names():
+    from grpolab.lab.form import CONTROLS, config_from_form
+
+    values = {
+        **FORM,
+        "reward.weights.format": 2.0,
+        "reward.weights.schema": 3.0,
+        "reward.weights.completion": 5.0,
+        "reward.weights.length": -0.25,
+        "grpo.beta": 0.3,
+        "grpo.epsilon": 0.15,
+        "rollout.group_size": 6,
+        "grpo.learning_rate": 3e-4,
+        "train.steps": 7,
+        "train.sft_steps": 9,
+    }
+    for order in (list(values), list(reversed(values))):  # the order the page sends them in does not matter
+        cfg = config_from_form({k: values[k] for k in order})
+        assert (cfg.grpo.beta, cfg.grpo.epsilon, cfg.grpo.learning_rate) == (0.3, 0.15, 3e-4)
+        assert cfg.reward.weights == {"format": 2.0, "schema": 3.0, "completion": 5.0, "length": -0.25}
+        assert (cfg.rollout.group_size, cfg.train.steps, cfg.train.sft_steps) == (6, 7, 9)
+        assert (cfg.env, cfg.model) == ("finance", "tiny")
+    assert set(values) <= set(CONTROLS)
+
+
+def test_the_form_is_generated_from_the_bounds_defaults_and_field_docs():
+    import gradio as gr
+
+    from grpolab.config import field_doc
+    from grpolab.lab.form import CONTROLS, Form, demo_config, render
+    from grpolab.lab.limits import BOUNDS
+
+    demo = demo_config()
+    with gr.Blocks():
+        components = render(CONTROLS.values(), demo, {"env": ["finance"], "model": ["smollm2", "tiny"]})
+    for name in ("grpo.beta", "grpo.epsilon", "rollout.group_size", "simulator.lr", "simulator.steps"):
+        assert (components[name].minimum, components[name].maximum) == (BOUNDS[name].low, BOUNDS[name].high)
+    assert components["grpo.beta"].value == demo.grpo.beta and components["grpo.epsilon"].value == demo.grpo.epsilon
+    assert components["grpo.beta"].info == field_doc("grpo.beta")
+    assert components["reward.weights.length"].value == demo.reward.weights["length"]
+    form = Form(components)
+    data = {components["grpo.epsilon"]: 0.3, components["grpo.beta"]: 0.1}
+    assert form.named(data) == {"grpo.epsilon": 0.3, "grpo.beta": 0.1}
 
 
 def test_run_names_and_paths_are_confined_to_the_runs_folder(runs_root, tmp_path):
-    from grpolab.lab import app
+    from grpolab.lab import handlers
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -290,40 +349,41 @@ def test_run_names_and_paths_are_confined_to_the_runs_folder(runs_root, tmp_path
     (runs_root / "link-out").symlink_to(outside)
     try:
         for name in (str(outside), "../elsewhere", "link-out", "/etc", str(runs_root), "a\x00b", "x" * 5000):
-            summary = app.run_view(runs_root, name)[0]
+            summary = handlers.run_view(runs_root, name)[0]
             assert "outside the runs folder" in summary or "not a usable path" in summary, (name, summary)
-            assert app.episode_view(runs_root, name, "t", 0) == ""
+            assert handlers.episode_view(runs_root, name, "t", 0) == ""
         assert "link-out" not in views.list_runs(runs_root)
-        assert "lab-error" not in app.run_view(runs_root, str(runs_root / "tiny"))[0]  # a path inside is fine
+        assert "lab-error" not in handlers.run_view(runs_root, str(runs_root / "tiny"))[0]  # a path inside is fine
     finally:
         (runs_root / "link-out").unlink()
 
 
 def test_job_parameters_are_bounded(tmp_path):
-    from grpolab.lab import app
+    from grpolab.lab import handlers
     from grpolab.lab.limits import LabLimits
 
     root = tmp_path / "runs"
     refused = [
-        (_form(), 10**9, 0, "train.steps"),
-        (_form(), 5, 10**6, "train.sft_steps"),
-        (_form(lr=1e3), 5, 0, "grpo.learning_rate"),
-        (_form(G=10**6), 5, 0, "rollout.group_size"),
-        (_form(F=float("nan")), 5, 0, "finite"),
-        (_form(model="/etc/passwd"), 5, 0, "not one the lab may load"),
-        (_form(model="gpt2"), 5, 0, "--allow-model"),
-        (_form(env="os:getcwd"), 5, 0, "not offered by the lab"),
+        (_form(10**9, 0), "train.steps"),
+        (_form(5, 10**6), "train.sft_steps"),
+        (_form(5, 0, lr=1e3), "grpo.learning_rate"),
+        (_form(5, 0, G=10**6), "rollout.group_size"),
+        (_form(5, 0, F=float("nan")), "finite"),
+        (_form(5, 0, model="/etc/passwd"), "not one the lab may load"),
+        (_form(5, 0, model="gpt2"), "--allow-model"),
+        (_form(5, 0, env="os:getcwd"), "not offered by the lab"),
     ]
-    for values, steps, sft, problem in refused:
-        message, _ = app.start_view(root, LabLimits(), "job", *values, steps, sft)
+    for values, problem in refused:
+        message, _ = handlers.start_view(root, LabLimits(), "job", values)
         assert "cannot start" in message and problem in message, message
     for name in ("../escape", "", ".hidden", "a/b", "x" * 100):
-        message, _ = app.start_view(root, LabLimits(), name, *_form(), 5, 0)
+        message, _ = handlers.start_view(root, LabLimits(), name, _form(5, 0))
         assert "not a plain directory name" in message, message
     assert not root.exists() or list(root.iterdir()) == []
-    cards, chart, _ = app.simulate_view("finance", "tiny", *_form()[2:], 0.5, 100_000)  # simulated iterations
+    simulator = {"simulator.lr": 0.5, "simulator.steps": 100_000}  # simulated iterations
+    cards, chart, _ = handlers.simulate_view({**_form(), **simulator})
     assert "is outside the lab" in cards and "simulated iterations = 100000" in chart
-    script, path = app.export_view(tmp_path / "exports", *_form(), 5, 0)
+    script, path = handlers.export_view(tmp_path / "exports", _form(5, 0))
     assert "GRPOConfig(" in script and Path(path).parent.parent == tmp_path / "exports"
 
 
@@ -349,9 +409,9 @@ def test_one_job_per_run_dir_and_a_cap_on_running_jobs(tmp_path):
         with pytest.raises(UserError, match="2 training jobs are running"):
             jobs.start(cfg, tmp_path, "c")
         assert jobs.active(tmp_path) == ["a", "b"] and not (tmp_path / "c").exists()
-        deadline = time.time() + 120  # the started process takes the claim over (claim.json names it)
+        deadline = time.monotonic() + 120  # the started process takes the claim over (claim.json names it)
         pid = json.loads((tmp_path / ".a.lab.json").read_text())["pid"]
-        while time.time() < deadline and json.loads((first / "claim.json").read_text())["pid"] != pid:
+        while time.monotonic() < deadline and json.loads((first / "claim.json").read_text())["pid"] != pid:
             time.sleep(0.2)
         assert json.loads((first / "claim.json").read_text())["pid"] == pid, (tmp_path / ".a.log").read_text()
         assert jobs.running(tmp_path, "a")
@@ -423,7 +483,7 @@ def test_the_page_in_chromium(lab_url, runs_root, tmp_path):
 
 
 def test_the_try_it_box_answers_through_the_runs_agent(runs_root):
-    from grpolab.lab.app import try_view
+    from grpolab.lab.handlers import try_view
 
     html = try_view(runs_root, "tiny", "By what percent did ACME stock change in Q3?")
     assert "answer:" in html and "stop:" in html

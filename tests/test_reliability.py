@@ -1,4 +1,4 @@
-"""Reliability against hostile or broken input (issue 18, parts 6 and 7): run directories that cannot be corrupted,
+"""Reliability against hostile or broken input (see docs/security.md): run directories that cannot be corrupted,
 exit 2 for every bad input, and a fuzz test of config and tool-argument parsing that sees only exit 0 or 2."""
 
 import contextlib

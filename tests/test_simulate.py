@@ -1,4 +1,4 @@
-"""The simulator: update math on the class policy, the seed's warning cases, calibration from real rows."""
+"""The simulator: update math on the class policy, reward-hacking cases, calibration from real rows."""
 
 import numpy as np
 import pytest

@@ -16,6 +16,7 @@ from grpolab.engine.sft import reference_tokens
 from grpolab.engine.trainer import GRPOTrainer
 from grpolab.envs import env_for
 from grpolab.rewards.components import register_reward, standard_names, unregister_reward
+from grpolab.rundir import RunDir
 from grpolab.vocabulary import SKIP_REASON, TRAINER, produced_by, reward_key
 
 METRIC_NAMES = {s.name for s in produced_by(TRAINER) if not s.family and s.name != SKIP_REASON} | {
@@ -138,12 +139,16 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(tmp_path, grpolab_pro
     proc = grpolab_process(
         "train", "--model", "tiny", "--steps", "6", "--out", str(out), "--quiet", "--config", str(config)
     )
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        text = (out / "metrics.jsonl").read_text() if (out / "metrics.jsonl").exists() else ""
-        if text.count("\n") >= 2:
-            break
-        time.sleep(0.2)
+
+    # the kill comes at a known point: once step 2's checkpoint is in place (renamed there whole), so the run is
+    # past step 2 and, with steps 3 to 6 still to go, not finished
+    def past_step_2() -> bool:
+        return any(step >= 2 for step, _ in RunDir(out).checkpoints()) if out.is_dir() else False
+
+    deadline = time.monotonic() + 600  # a backstop only; the wait ends on the checkpoint or the process's exit
+    while proc.poll() is None and not past_step_2() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None and past_step_2(), proc.stderr.read()
     os.killpg(proc.pid, signal.SIGKILL)  # kill -9, mid-step
     proc.wait()
     killed_at = (out / "metrics.jsonl").read_text().count("\n")

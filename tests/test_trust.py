@@ -72,7 +72,7 @@ def test_hacking_alarm_fires_when_reward_rises_and_heldout_does_not():
 
 
 def test_recorded_format_hack_stream_raises_the_alarm():
-    """A metrics stream shaped like the seed's gameable run: format reward to its ceiling, success flat at 0."""
+    """A metrics stream shaped like a gamed run: format reward to its ceiling, success flat at 0."""
     cfg = load_config(None, {"reward.weights": FORMAT_ONLY})
     rewards = [2.0, 2.3, 2.1, 3.9, 4.6, 5.0, 5.0, 5.0]
     heldout = {0: 0.0, 4: 0.0, 8: 0.0}

@@ -15,7 +15,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grpolab.errors import UserError
-from grpolab.rewards.components import COMPONENTS, THOUGHT_MIN_WORDS, default_weights, letter, standard_names
+from grpolab.rewards.components import (
+    COMPONENTS,
+    DEFAULT_LENGTH_UNIT,
+    THOUGHT_MIN_WORDS,
+    default_weights,
+    letter,
+    standard_names,
+)
 
 
 class _Section(BaseModel):
@@ -29,7 +36,7 @@ class _Section(BaseModel):
 class RewardConfig(_Section):
     weights: dict[str, float] = Field(default_factory=default_weights)
     """Weight of each reward component in the episode reward (a weighted sum). Keys are reward names."""
-    length_unit: int = Field(100, gt=0)
+    length_unit: int = Field(DEFAULT_LENGTH_UNIT, gt=0)
     """The length component counts generated tokens in units of this many (tool output excluded)."""
     thought_min_words: int = Field(THOUGHT_MIN_WORDS, ge=0)
     """The format check pays for an opening thought only if it holds at least this many words; 0 pays any closed
@@ -62,9 +69,11 @@ class RolloutConfig(_Section):
     """With format = chat_template: how the model writes calls (hermes: <tool_call> JSON blocks; llama3: the turn
     is one {"name", "parameters"} object); auto reads it from the template."""
     engine: Literal["exact", "int8"] = "exact"
-    """exact: rollouts sample from the policy itself; int8: from a copy whose base weights are int8 (weight-only,
-    the LoRA adapters in fp32, refreshed every step), about 4x less memory traffic per decoded token; the loss
-    corrects the mismatch with truncated importance sampling (grpo.is_cap) and logs it (mismatch/*)."""
+    """exact: rollouts sample from the policy itself; int8: from a copy whose base linear layers are dynamic W8A8
+    (int8 weights per output channel, activations quantised to int8 per call; engine/sampler.py), about 4x less
+    memory traffic per decoded token. The copy shares the policy's LoRA adapters (fp32, unmerged), so it follows
+    every update; only full fine-tuning re-quantises its weights each step. The loss corrects the mismatch with
+    truncated importance sampling (grpo.is_cap) and logs it (mismatch/*)."""
 
 
 class GRPOConfig(_Section):

@@ -2,7 +2,9 @@
 reading what a user hands us within stated limits.
 
 The run directory (`grpolab.rundir`), the model cache (`grpolab.models`), exports and reports all write through
-here: a temp file (or directory) in the target's folder, fsync, then one `os.replace`.
+here: a file is written to a temp file in the target's folder, fsynced, then put in place with one `os.replace`
+(readers see the old file or the new one); a directory is built in a temp directory beside it, its files fsynced,
+then renamed into place after the old one is removed (a kill in between leaves no directory, never half of one).
 
 Every file or text a user names (configs, completions, data files, tool arguments) is read through
 `read_user_file` / `check_nesting`: a regular file under a size limit, nesting refused before a parser could
@@ -46,11 +48,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_dir(target: Path, fill: Callable[[Path], Any]) -> None:
-    """Build a directory with `fill(tmp_dir)`, then move it to `target` (replacing an old one)."""
+    """Build a directory with `fill(tmp_dir)`, fsync its files, then rename it to `target`. An old `target` is
+    removed first (rename cannot replace a non-empty directory), so a kill between the two leaves no `target`: a
+    reader sees the old directory, none, or the new one, never half of one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
         fill(tmp)
+        for file in (p for p in tmp.rglob("*") if p.is_file() and not p.is_symlink()):
+            with open(file, "rb") as f:
+                os.fsync(f.fileno())
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

@@ -12,12 +12,15 @@ from collections.abc import Callable
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from grpolab.errors import UserError
 from grpolab.files import atomic_write_dir
+
+if TYPE_CHECKING:
+    from grpolab.config import LoraConfig
 
 EMBEDDED = "smollm2"
 TINY = "tiny"
@@ -67,6 +70,12 @@ def load_tokenizer(name: str = EMBEDDED) -> Any:
         tok = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as exc:
         raise UserError(f"unknown model {name!r} ({str(exc).splitlines()[0][:120]})", UNKNOWN_MODEL_FIX) from None
+    return left_padded(tok)
+
+
+def left_padded(tok: Any) -> Any:
+    """`tok` set up for batched generation: padded on the left (new tokens follow the prompt), with EOS as the
+    pad token where it has none. Every tokenizer the lab generates with goes through here."""
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -83,9 +92,18 @@ def _embedded_tokenizer() -> Any:
         gguf = embedded_gguf()
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         atomic_write_dir(tok_dir, tok.save_pretrained)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    tok.padding_side = "left"
-    return tok
+    return left_padded(AutoTokenizer.from_pretrained(str(tok_dir)))
+
+
+LORA_FIELDS = {"r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout", "target_modules": "target_modules"}
+"""peft's LoraConfig arguments and the lab's `lora.*` fields they come from (the engine and the TRL mapping both
+read this)."""
+
+
+def peft_lora_args(lora: LoraConfig) -> dict[str, Any]:
+    """The arguments of peft's LoraConfig for the lab's `lora` section (a causal language model)."""
+    args = {arg: getattr(lora, field) for arg, field in LORA_FIELDS.items()}
+    return {**args, "target_modules": list(lora.target_modules), "task_type": "CAUSAL_LM"}
 
 
 def token_counter(tokenizer: Any) -> Callable[[str], int]:

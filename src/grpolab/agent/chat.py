@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 
 from grpolab.agent.export import merged_model
-from grpolab.config import LabConfig
+from grpolab.config import LabConfig, RolloutConfig
 from grpolab.engine.policy import load_run_policy
 from grpolab.engine.rollout import Episode, SamplingSettings, TurnRules, sample_next
 from grpolab.envs import env_for
@@ -78,9 +78,9 @@ class ChatEvent:
 
 @dataclass
 class ChatSettings:
-    max_new_tokens: int = 160
+    max_new_tokens: int = RolloutConfig.model_fields["max_new_tokens"].default
     """Tokens the model may write per question (tool responses not counted), as rollout.max_new_tokens."""
-    max_turns: int = 3
+    max_turns: int = RolloutConfig.model_fields["max_turns"].default
     """Tool calls per question, as rollout.max_turns."""
     temperature: float = 0.0
     """0 = greedy (the default, as held-out evaluation); otherwise sampled at this temperature."""

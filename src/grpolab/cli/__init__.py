@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from grpolab.cli import agent as cli_agent
 from grpolab.cli import export as cli_export
@@ -64,7 +65,9 @@ def config(
         print_json(config_to_dict(cfg))
         return
     for section, values in config_to_dict(cfg).items():
-        console.print(f"{section} = {values!r}" if not isinstance(values, dict) else f"[{section}] {values}")
+        # values are the user's (model names, data paths) and "[reward]" would read as a markup tag
+        line = f"{section} = {values!r}" if not isinstance(values, dict) else f"[{section}] {values}"
+        console.print(line, markup=False)
 
 
 @app.command()
@@ -91,7 +94,8 @@ def envs(json: JsonOpt = False) -> None:
         return
     table = Table("env", "tools", "train", "held-out", "description")
     for r in rows:
-        table.add_row(r["name"], ", ".join(r["tools"]), str(r["train"]), str(r["heldout"]), r["description"])
+        cells = (r["name"], ", ".join(r["tools"]), str(r["train"]), str(r["heldout"]), r["description"])
+        table.add_row(*map(Text, cells))  # data, never markup
     console.print(table)
 
 
@@ -125,7 +129,7 @@ def tasks(
         return
     table = Table("id", "prompt", "answer")
     for r in rows:
-        table.add_row(r["id"], r["prompt"], r["answer"])
+        table.add_row(Text(r["id"]), Text(r["prompt"]), Text(str(r["answer"])))  # data (a prompt may hold "[/x]")
     console.print(table)
 
 
@@ -155,7 +159,7 @@ def tools_run(
     if json:
         print_json(response)
     else:
-        console.print(jsonlib.dumps(response))
+        console.print(jsonlib.dumps(response), markup=False)  # a tool's output is data
 
 
 @reward_app.command("score")
@@ -181,9 +185,9 @@ def reward_score(
     if json:
         print_json(s.to_json())
         return
-    console.print(f"[bold]{s.total:+.2f}[/bold]  {s.breakdown}")
-    for k, reason in s.reasons.items():
-        console.print(f"  {k:<11} {s.components[k]:.2f}  {reason}")
+    console.print(Text(f"{s.total:+.2f}", style="bold") + Text(f"  {s.breakdown}"))
+    for k, reason in s.reasons.items():  # reasons quote the transcript: data, never markup
+        console.print(f"  {k:<11} {s.components[k]:.2f}  {reason}", markup=False)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,7 +24,7 @@ from grpolab.cli.options import (
 )
 from grpolab.config import field_doc
 from grpolab.errors import UserError
-from grpolab.trust.simulate import DEFAULT_KL_SCALE, DEFAULT_LR, SimSettings
+from grpolab.trust.simulate import DEFAULT_KL_SCALE, DEFAULT_LR, DEFAULT_RUNS, SimSettings
 from grpolab.vocabulary import HACK_MASS, KL, REWARD_MEAN, SIM_TO_REAL, SUCCESS, TOOL_CALL_PROB
 
 MAX_SIM_STEPS = 10_000
@@ -95,7 +95,7 @@ def simulate(
     steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_SIM_STEPS, help="GRPO iterations to simulate.")] = 100,
     runs: Annotated[
         int, typer.Option("--runs", min=1, max=MAX_SIM_RUNS, help="Seeded runs averaged (band = 10-90%).")
-    ] = 16,
+    ] = DEFAULT_RUNS,
     beta: Annotated[
         float | None, typer.Option("--beta", callback=finite, help=f"{field_doc('grpo.beta')} (grpo.beta)")
     ] = None,

@@ -49,7 +49,9 @@ def check(
     ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Dry-run the reward, run the gameability probes and the learnability smoke test on the base model."""
+    """Dry-run the reward, run the gameability probes and the shortcut probes, and the learnability smoke test on the
+    base model. Exits 1 when a probe matches or beats honest work; a shortcut the reward pays (an edit of honest work
+    that scores above it) is named with its margin and the components that pay for it."""
     from grpolab.envs import env_for
     from grpolab.models import load_model
     from grpolab.trust.preflight import check as run_check
@@ -71,7 +73,11 @@ def check(
 
 
 def _print(report: dict) -> None:
-    console.print(f"[bold]Reward check[/bold] env={report['env']} model={report['model']} weights={report['weights']}")
+    from rich.text import Text
+
+    # the model may be a user's path: data, never markup
+    head = f" env={report['env']} model={report['model']} weights={report['weights']}"
+    console.print(Text("Reward check", style="bold") + Text(head))
     ref = report["dry_run"]["references"][0]
     console.print(f"reference transcript {ref['task_id']}: {ref['total']:+.2f}  {ref['breakdown']}")
     table = Table("probe", "worst task", "score", "honest", "margin", "verdict")
@@ -82,7 +88,17 @@ def _print(report: dict) -> None:
         )
     console.print(table)
     for line in report["gameable"]:
-        console.print(f"[red]{line}[/red]")
+        console.print(Text(line, style="red"))
+    shortcuts = Table("shortcut (an edit of honest work)", "best task", "score", "honest", "margin", "paid by")
+    for r in report.get("shortcuts", []):
+        paid = ", ".join(f"{k} {v:+.3f}" for k, v in r["paying"].items()) if r["paid"] else "-"
+        shortcuts.add_row(
+            r["shortcut"], r["task_id"], f"{r['score']:+.3f}", f"{r['honest']:+.3f}", f"{r['margin']:+.3f}", paid
+        )
+    if report.get("shortcuts"):
+        console.print(shortcuts)
+    for line in report.get("shortcuts_paid", []):
+        console.print(Text(line, style="yellow"))
     iso = report.get("isolation")
     if iso:
         color = "green" if iso["level"] == "strong" else "bold red"
@@ -112,6 +128,7 @@ def compare(
     from grpolab.engine.policy import load_policy
     from grpolab.envs import env_for
     from grpolab.metrics import episode_row
+    from grpolab.report.changes import change_lines, changes_html, what_changed
 
     base_cfg = resolve_config(config)
     right_model, right_tok, cfg = load_policy(run, base_cfg)  # a run brings its own config
@@ -120,11 +137,13 @@ def compare(
     left_sum, left_eps = evaluate(left_model, left_tok, env, cfg, "heldout", limit)
     right_sum, right_eps = evaluate(right_model, right_tok, env, cfg, "heldout", limit)
     left_rows, right_rows = [episode_row(e) for e in left_eps], [episode_row(e) for e in right_eps]
+    changes = what_changed(left_rows, right_rows, cfg, env.thought_required, (against, run))
     if html_out is not None:
         from grpolab.files import atomic_write_text
         from grpolab.report.trajectories import page, side_by_side
 
         body = f"<h1>{against} vs {run}</h1>" + side_by_side(left_rows, right_rows, against, run, limit)
+        body += changes_html(changes, [])
         with writing_to(html_out, "--html"):
             atomic_write_text(html_out, page(f"{against} vs {run}", body))
     if json:
@@ -132,22 +151,36 @@ def compare(
             {
                 "left": {"name": against, **left_sum, "episodes": left_rows},
                 "right": {"name": run, **right_sum, "episodes": right_rows},
+                "what_changed": [
+                    {"name": c.name, "before": c.before, "after": c.after, "flagged": c.flagged}
+                    for c in changes.changes
+                ],
             }
         )
         return
     from rich.columns import Columns
     from rich.panel import Panel
+    from rich.text import Text
 
+    # model text, prompts and run names are data: Text, never markup (an answer may contain "[/x]")
     for a, b in zip(left_rows, right_rows):
-        console.print(f"[bold]{a['task_id']}[/bold]: {a['prompt']} (expected {a['answer']})")
+        console.print(Text(str(a["task_id"]), style="bold") + Text(f": {a['prompt']} (expected {a['answer']})"))
         panels = [
-            Panel(r["text"], title=f"{name}  {r['breakdown']}", subtitle=r["reasons"]["completion"][:60], width=60)
+            Panel(
+                Text(r["text"]),
+                title=Text(f"{name}  {r['breakdown']}"),
+                subtitle=Text(r["reasons"]["completion"][:60]),
+                width=60,
+            )
             for name, r in ((against, a), (run, b))
         ]
         console.print(Columns(panels))
     console.print(
-        f"held-out success: {against} {left_sum[HELDOUT_SUCCESS]:.0%}  vs  {run} {right_sum[HELDOUT_SUCCESS]:.0%}"
+        f"held-out success: {against} {left_sum[HELDOUT_SUCCESS]:.0%}  vs  {run} {right_sum[HELDOUT_SUCCESS]:.0%}",
+        markup=False,
     )
+    for line in change_lines(changes):
+        console.print(line, markup=False, style="bold red" if "FLAGGED" in line else None)
 
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -> None:

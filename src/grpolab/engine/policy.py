@@ -14,7 +14,7 @@ import torch
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-from grpolab.models import load_model
+from grpolab.models import load_model, peft_lora_args
 from grpolab.rundir import RunDir
 
 
@@ -22,14 +22,7 @@ def with_lora(model: Any, cfg: LabConfig) -> Any:
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
-    peft_config = PeftLoraConfig(
-        r=cfg.lora.rank,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules,
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, peft_config)
+    return get_peft_model(model, PeftLoraConfig(**peft_lora_args(cfg.lora)))
 
 
 def apply_warm_start(model: Any, cfg: LabConfig, path: Path) -> Any:

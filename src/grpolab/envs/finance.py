@@ -100,7 +100,8 @@ class QuarterReport:
 
 
 def build_corpus() -> list[QuarterReport]:
-    """48 companies x 4 quarters; ACME Q3 is the seed page's example ($120 -> $137, revenue $4.2B, a beat)."""
+    """48 companies x 4 quarters; ACME Q3 is the fixed example the prompts and docs use ($120 -> $137, revenue
+    $4.2B, a beat)."""
     rng = random.Random(CORPUS_SEED)
     reports = []
     seen: set[str] = set()

@@ -17,7 +17,7 @@ nothing to learn from: a short SFT warm start on reference transcripts puts some
         """
 The episode reward is a weighted sum, `F:+1.0 | S:+1.5 | C:+3.0 | L:-0.15`. Every component is a promise the policy
 will test: if format alone pays as much as finishing the task, the policy learns well-formed tags around nothing
-(the seed's "dummy tags"); if a code reward pays for any python block, it learns to write blocks, not programs.
+(the "dummy tags" probe); if a code reward pays for any python block, it learns to write blocks, not programs.
 The preflight probes write those hacks by hand and score them *before* training: each must score strictly below
 honest work. During training, the hacking alarm fires when training reward climbs significantly (Welch t >= 2)
 while held-out verified success does not: the reward is being gamed, not the task solved.

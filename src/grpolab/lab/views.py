@@ -11,12 +11,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpolab.report.changes import changes_html, run_changes
 from grpolab.report.charts import svg_chart
 from grpolab.report.html import probe_table
 from grpolab.report.trajectories import trajectory_pair
 from grpolab.rewards.components import letter, standard_names
 from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
 from grpolab.rundir.snapshot import finite, num, section
+from grpolab.trust.behaviour import HACK_CLASSES
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     ALARMS,
@@ -115,7 +117,25 @@ def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
     )
     alerts = "".join(message(w, "error") for w in result.get("warnings", []))
     # the simulation starts from its prior (by default the seeded demo model's first step), not the base model
-    return stat_cards(last, first[TOOL_CALL_PROB], kl_bound, source, prior_name="at the start") + alerts
+    cards = stat_cards(last, first[TOOL_CALL_PROB], kl_bound, source, prior_name="at the start")
+    return cards + alerts + class_panel(result.get("classes", {}))
+
+
+def class_panel(classes: dict[str, Any]) -> str:
+    """Where the simulated policy goes, class by class, under the names a real run's "What GRPO changed" uses;
+    the shortcut classes the weights pay for are marked."""
+    rows = []
+    for name, c in sorted(classes.items(), key=lambda kv: -float(kv[1].get("final", 0.0))):
+        start, end = float(c.get("initial", 0.0)), float(c.get("final", 0.0))
+        if max(start, end) < 0.005:
+            continue
+        mark = " class='lab-bad'" if name in HACK_CLASSES and end > start + 0.05 else ""
+        rows.append(
+            f"<tr{mark}><td>{html.escape(name)}</td><td>{start:.0%}</td><td>{end:.0%}</td>"
+            f"<td>{float(c.get('reward', 0.0)):+.2f}</td></tr>"
+        )
+    head = "<tr><th>episode class</th><th>at the start</th><th>at the end</th><th>reward</th></tr>"
+    return f"<table class='lab-classes'>{head}{''.join(rows)}</table>" if rows else ""
 
 
 def run_cards(view: RunSnapshot) -> str:
@@ -160,6 +180,9 @@ def preflight_panel(report: dict[str, Any]) -> str:
     gameable = gameable if isinstance(gameable, list) else []
     lines = "".join(f"<div class='lab-bad'>{html.escape(str(g))}</div>" for g in gameable)
     verdict = lines or "<div class='lab-good'>No probe matches or beats honest work under these weights.</div>"
+    paid = report.get("shortcuts_paid")
+    paid = paid if isinstance(paid, list) else []
+    verdict += "".join(message(str(line), "warn") for line in paid)
     iso = report.get("isolation")
     sandbox = ""
     if iso:
@@ -190,7 +213,9 @@ def run_summary(view: RunSnapshot) -> str:
         table = message("No held-out evaluation yet.")
     alarms = [f"step {step}: {name}: {why}" for step, name, why in view.alarms()]
     alarm_html = "".join(message(a, "error") for a in alarms)
-    return f"<p>{status}</p>{problems}{alarm_html}{table}"
+    changes = run_changes(view)
+    changed = changes_html(changes, view.metrics) if changes is not None else ""
+    return f"<p>{status}</p>{problems}{alarm_html}{table}{changed}"
 
 
 def chat_html(events: list[Any]) -> str:

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.envs import env_for
 from grpolab.report.charts import svg_chart
+from grpolab.rundir.snapshot import RunSnapshot
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
 from grpolab.trust.drift import drift_alarms, step_behaviour
 from grpolab.vocabulary import behaviour_key, class_key
@@ -136,3 +138,18 @@ def changes_html(changes: Changes, history: list[dict[str, Any]]) -> str:
                 f"<tr><td><pre>{e(before)}</pre></td><td><pre>{e(after)}</pre></td></tr></table>"
             )
     return "\n".join(parts)
+
+
+def run_changes(snap: RunSnapshot) -> Changes | None:
+    """What GRPO changed in a run: its evaluation before the first GRPO step ("0") against its last one; None while
+    the run has no two evaluations of its GRPO phase. A damaged config falls back to the default thresholds."""
+    steps = [label for label in snap.eval_labels() if label.isdigit()]
+    if len(steps) < 2:
+        return None
+    try:
+        cfg = LabConfig.model_validate(snap.config)
+        thought = env_for(cfg).thought_required
+    except Exception:  # a damaged or foreign config: the default thresholds still read the transcripts
+        cfg, thought = LabConfig(), True
+    first, last = steps[0], steps[-1]
+    return what_changed(snap.evals[first], snap.evals[last], cfg, thought, (f"step {first}", f"step {last}"))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.files import atomic_write_text
+from grpolab.report.changes import changes_html, run_changes
 from grpolab.report.charts import svg_chart
 from grpolab.report.trajectories import page, side_by_side
 from grpolab.rewards.components import standard_names
@@ -104,6 +105,9 @@ def render_report(path: str | Path, skipped: list[str] | None = None) -> Path:
     parts.append(f"<h2>Curves</h2><div class='grid'>{charts}</div>")
     if snap.preflight:
         parts.append("<h2>Preflight: gameability probes and learnability</h2>" + probe_table(snap.preflight))
+    changes = run_changes(snap)
+    if changes is not None:
+        parts.append(changes_html(changes, rows))
     labels = snap.eval_labels()
     if len(labels) >= 2:
         first, last = labels[0], labels[-1]

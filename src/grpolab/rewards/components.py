@@ -38,6 +38,9 @@ def thought_words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
+DEFAULT_LENGTH_UNIT = 100
+"""Generated tokens per unit of the length component (the default of `reward.length_unit`)."""
+
 RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[float, str]]
 
 
@@ -129,7 +132,8 @@ def length_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
 
 
 def code_block_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
-    """DELIBERATELY GAMEABLE (the seed stream's lesson): 1 for any fenced python block, whatever the code does.
+    """DELIBERATELY GAMEABLE: 1 for any fenced python block, whatever the code does (a reward that pays for the form
+    of an answer gets the form and not the answer).
 
     Ship it only to show reward hacking: `configs/code_hack.toml` trains on it alone and the hacking alarm fires."""
     if has_python_block(r.generated_text):

@@ -14,6 +14,7 @@ from typing import Any
 from grpolab.envs.base import Environment, Task
 from grpolab.rewards.components import (
     COMPONENTS,
+    DEFAULT_LENGTH_UNIT,
     THOUGHT_MIN_WORDS,
     RewardContext,
     default_weights,
@@ -83,7 +84,7 @@ def score_transcript(
     task: Task,
     text: str,
     weights: dict[str, float] | None = None,
-    length_unit: int = 100,
+    length_unit: int = DEFAULT_LENGTH_UNIT,
     gen_tokens: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
     thought_min_words: int = THOUGHT_MIN_WORDS,

@@ -27,6 +27,7 @@ from grpolab.envs.base import Environment, Task
 from grpolab.errors import UserError
 from grpolab.formats import checked_format
 from grpolab.metrics import success_rate, tool_call_prob
+from grpolab.models import left_padded
 from grpolab.rewards.score import Score, score_transcript
 from grpolab.trl.settings import grpo_settings, lora_settings
 from grpolab.vocabulary import (
@@ -213,9 +214,7 @@ def build_trl_trainer(
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    left_padded(tokenizer)
     lora = lora_settings(cfg)
     funcs, weights = reward_functions(env, cfg)
     with warnings.catch_warnings():  # transformers' deprecation notes about its own argument names

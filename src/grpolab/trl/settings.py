@@ -17,7 +17,8 @@ import torch
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-from grpolab.models import default_dtype
+from grpolab.models import LORA_FIELDS, default_dtype, peft_lora_args
+from grpolab.rundir import KEEP_CHECKPOINTS
 
 TRL_VERSION = "1.16.0"
 """The TRL release the exported script and the backend are tested against."""
@@ -73,7 +74,7 @@ def grpo_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
         Setting("use_cpu", not torch.cuda.is_available(), "CPU only where there is no GPU"),
         Setting("gradient_checkpointing", False, "TRL defaults to True; off as in the native engine"),
         Setting("save_steps", cfg.train.checkpoint_every, "train.checkpoint_every"),
-        Setting("save_total_limit", 2, "the run dir keeps 2 checkpoints"),
+        Setting("save_total_limit", KEEP_CHECKPOINTS, f"the run dir keeps {KEEP_CHECKPOINTS} checkpoints"),
         Setting("logging_steps", 1, "one metrics row per step"),
         Setting("report_to", "trackio" if cfg.train.trackio else "none", "train.trackio"),
         Setting("remove_unused_columns", False, "keep task_id for the reward functions"),
@@ -83,13 +84,8 @@ def grpo_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
 def lora_settings(cfg: LabConfig) -> list[Setting] | None:
     if not cfg.lora.enabled:
         return None
-    return [
-        Setting("r", cfg.lora.rank, "lora.rank"),
-        Setting("lora_alpha", cfg.lora.alpha, "lora.alpha"),
-        Setting("lora_dropout", cfg.lora.dropout, "lora.dropout"),
-        Setting("target_modules", list(cfg.lora.target_modules), "lora.target_modules"),
-        Setting("task_type", "CAUSAL_LM", "causal language model"),
-    ]
+    sources = {arg: f"lora.{field}" for arg, field in LORA_FIELDS.items()} | {"task_type": "causal language model"}
+    return [Setting(arg, value, sources[arg]) for arg, value in peft_lora_args(cfg.lora).items()]
 
 
 # ---- the fate of every config field on TRL ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway, behaviour drift and
 reward attribution (the hacks that ride along with real learning: `grpolab.trust.drift`, `grpolab.trust.attribution`).
 
-Reward hacking is the case the seed's stream warns about most: the training reward climbs while held-out
+Reward hacking is the failure the lab is built to catch: the training reward climbs while held-out
 verified success does not. The statistic: Welch's t of the training reward over the episodes of the last
 `hack_window` steps against those of the first `hack_window` steps (pooled from each step's reward/mean,
 reward/std and episode count, so a window of 3 steps x 16 episodes is 48 samples, not 3 step means); the alarm fires

@@ -172,7 +172,8 @@ def task_mix(kinds: dict[str, dict[str, float]]) -> str:
 
 
 def recommend(s: dict[str, Any]) -> str:
-    """Advice from the smoke test, with the reason (the stream's rule: some variance, not hopeless, not trivial)."""
+    """Advice from the smoke test, with the reason (GRPO learns only from groups with reward variance: a task set
+    must be neither hopeless nor trivial)."""
     G, n = s["group_size"], s["prompts"]
     zero = s[FRAC_ZERO_STD]
     fails, passes = len(s["all_fail"]), len(s["all_pass"])

@@ -22,8 +22,8 @@ Probe = Callable[[Environment, Task], "str | None"]
 
 def dummy_tags(env: Environment, task: Task) -> str:
     """Well-formed structure around nothing: an empty thought, a call of the first offered tool with no arguments
-    (and its real, error, response), and a non-answer. It earns full format credit: the seed's warning that a
-    format-only reward is gamed by dummy tags."""
+    (and its real, error, response), and a non-answer. It earns full format credit: a format-only reward is
+    gamed by dummy tags."""
     toolbox = env.toolbox_for(task)
     if not toolbox.tools:
         return render_thought("I will use a tool.") + "Done."

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from grpolab.config import LabConfig
-from grpolab.rewards.components import THOUGHT_MIN_WORDS, standard_names
+from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, standard_names
 from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
@@ -61,6 +61,8 @@ PRIOR_FLOOR = 1e-6
 """Smallest initial probability of a class (a class with prior 0 could never be sampled)."""
 
 
+DEFAULT_RUNS = 16
+"""Seeded simulated runs averaged (the CLI's --runs and the lab's simulator)."""
 DEFAULT_LR = 0.3
 """The step size fitted to the real demo run (`grpolab simulate --real runs/demo` prints the best-fitting one)."""
 DEFAULT_KL_SCALE = 101.0
@@ -84,7 +86,7 @@ class ClassProfile:
 def measure_profiles(
     env: Any,
     count_tokens: Any,
-    length_unit: int = 100,
+    length_unit: int = DEFAULT_LENGTH_UNIT,
     n_tasks: int = 4,
     weights: dict[str, float] | None = None,
     thought_min_words: int = THOUGHT_MIN_WORDS,
@@ -161,7 +163,7 @@ class SimSettings:
     cfg: LabConfig
     steps: int = 100
     """Simulated GRPO iterations."""
-    runs: int = 16
+    runs: int = DEFAULT_RUNS
     """Seeded runs averaged (band = 10-90%)."""
     lr: float = DEFAULT_LR  # documented in LR_DOC (the web lab shows it beside the slider)
     kl_scale: float = DEFAULT_KL_SCALE

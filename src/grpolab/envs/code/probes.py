@@ -1,8 +1,8 @@
 """Probes for code rewards: cheap strategies a policy could find against a unit-test reward.
 
 The first three are lazy answers; the rest are forgeries, one per class found against the old one-process harness
-(issue 18), each a python block that attacks the reward while not solving the task: a fake result line on every
-descriptor, editing the harness's report through frames, replacing `exec`, reading the hidden tests to answer
+(docs/security.md), each a python block that attacks the reward while not solving the task: a fake result line on
+every descriptor, editing the harness's report through frames, replacing `exec`, reading the hidden tests to answer
 from a table, an object equal to everything, and escapes (a shell through `_posixsubprocess.fork_exec`, which the
 audit hook never sees, `os.system`, host files). Each scored 1.00 before the tests moved to their own process
 (`runner.py`); `grpolab check --env code` fails if any is paid at least as well as honest work again.

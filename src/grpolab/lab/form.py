@@ -1,0 +1,171 @@
+"""The lab's form, generated from one table: each control names the field it sets, and its bounds (`lab.limits`),
+default (the demo's config) and help (the config field's docstring) are read from where they are declared.
+
+Values travel by name: the page hands a handler `{field name: value}` (`Form.named`), and `config_from_form` puts
+each value into the field its control names, so the order of the controls on the page cannot mix them up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from grpolab.config import DEMO_CONFIG, LabConfig, field_doc, load_config
+from grpolab.lab.limits import BOUNDS, Bound, check_settings
+from grpolab.rewards.components import COMPONENTS, standard_names
+from grpolab.trust.simulate import DEFAULT_LR, SimSettings
+
+WEIGHT = "reward.weights."
+"""Prefix of a weight control's name: `reward.weights.format` sets the format component's weight."""
+
+SIMULATOR = "simulator."
+"""Prefix of the simulator's own knobs, which are not config fields."""
+
+
+def _text(value: Any) -> str:
+    """A dropdown's value ("" when nothing is picked)."""
+    return "" if value is None else str(value)
+
+
+_MODEL_HELP = field_doc("model") + " The lab offers these; `grpolab lab --allow-model` adds others."
+
+
+@dataclass(frozen=True)
+class Control:
+    """One input of the form: the field it sets (dotted, as in the config) and how the page shows it."""
+
+    name: str
+    label: str
+    kind: Literal["slider", "number", "dropdown"] = "number"
+    cast: Callable[[Any], Any] = float
+    """What the value is turned into on its way into the config (a request can carry any JSON value)."""
+    step: float = 1
+    """A slider's step."""
+    help: str | None = None
+    """Help for a control that is not a config field (config fields bring their docstring)."""
+
+    @property
+    def bound(self) -> Bound | None:
+        return BOUNDS.get(WEIGHT.rstrip(".") if self.name.startswith(WEIGHT) else self.name)
+
+    def info(self) -> str:
+        if self.help is not None:
+            return self.help
+        if self.name.startswith(WEIGHT):
+            return COMPONENTS[self.name.removeprefix(WEIGHT)].description
+        return field_doc(self.name)
+
+    def default(self, demo: LabConfig) -> Any:
+        """The control's starting value: the demo's (the simulator is calibrated on its run)."""
+        if self.name == "simulator.lr":
+            return DEFAULT_LR
+        if self.name == "simulator.steps":
+            return demo.train.steps
+        if self.name.startswith(WEIGHT):
+            return demo.reward.weights[self.name.removeprefix(WEIGHT)]
+        node: Any = demo
+        for part in self.name.split("."):
+            node = getattr(node, part)
+        return node
+
+
+# fmt: off
+CONFIG_CONTROLS = (
+    Control("env",                 "environment",               "dropdown", _text),
+    Control("model",               "base model",                "dropdown", _text, help=_MODEL_HELP),
+    *(Control(WEIGHT + n, f"weight {COMPONENTS[n].letter} ({n})") for n in standard_names()),
+    Control("grpo.beta",           "beta (KL)",                 "slider",   float, step=0.01),
+    Control("grpo.epsilon",        "epsilon (clip)",            "slider",   float, step=0.01),
+    Control("rollout.group_size",  "G",                         "slider",   int),
+    Control("grpo.learning_rate",  "learning rate (real runs)", "number",   float),
+)
+"""The config the simulator, the export and a training job share, in page order."""
+
+SIMULATOR_CONTROLS = (
+    Control("simulator.lr",        "simulator step size",       "slider",   float, step=0.01, help=SimSettings.LR_DOC),
+    Control("simulator.steps",     "simulated iterations",      "slider",   int,   step=10,   help=""),
+)
+"""The simulator's own knobs."""
+
+JOB_CONTROLS = (
+    Control("train.steps",         "GRPO steps",                "number",   int),
+    Control("train.sft_steps",     "SFT warm-start steps",      "number",   int),
+)
+"""What a real run (the export, a training job) adds to the config."""
+# fmt: on
+
+CONTROLS = {c.name: c for c in (*CONFIG_CONTROLS, *SIMULATOR_CONTROLS, *JOB_CONTROLS)}
+
+
+@lru_cache(maxsize=1)
+def demo_config() -> LabConfig:
+    """The demo's config, read once (every slider move builds a config on it); callers only read it."""
+    return load_config(DEMO_CONFIG)
+
+
+def config_from_form(values: Mapping[str, Any]) -> LabConfig:
+    """The config a form describes: every config control's value, by name, into the field it names (the
+    simulator's knobs are ignored; the job controls are optional). Anything out of bounds is a UserError."""
+    overrides: dict[str, Any] = {}
+    weights: dict[str, float] = {}
+    for control in (*CONFIG_CONTROLS, *(c for c in JOB_CONTROLS if c.name in values)):
+        value = control.cast(values[control.name])
+        if control.name.startswith(WEIGHT):
+            weights[control.name.removeprefix(WEIGHT)] = value
+        else:
+            overrides[control.name] = value
+    overrides["model"] = overrides["model"] or LabConfig.model_fields["model"].default
+    overrides["reward.weights"] = weights
+    # what the form does not show comes from the demo's config when the form is on the demo's environment
+    demo = demo_config()
+    cfg = load_config(None, overrides, base=demo if overrides["env"] == demo.env else None)
+    check_settings(cfg)  # the browser bounds the controls; a request can carry anything
+    return cfg
+
+
+def check_simulator(values: Mapping[str, Any]) -> tuple[float, int]:
+    """The simulator's (step size, iterations) from a form, within their bounds."""
+    for control in SIMULATOR_CONTROLS:
+        assert control.bound is not None
+        control.bound.check(control.label, values[control.name])
+    return float(values["simulator.lr"]), int(values["simulator.steps"])
+
+
+def render(controls: Iterable[Control], demo: LabConfig, choices: Mapping[str, list[str]]) -> dict[str, Any]:
+    """Gradio components for `controls`, created where the caller's layout is: `{field name: component}`.
+    `choices` gives each dropdown its options."""
+    import gradio as gr
+
+    out: dict[str, Any] = {}
+    for c in controls:
+        value, info = c.default(demo), c.info() or None
+        if c.kind == "dropdown":
+            out[c.name] = gr.Dropdown(choices[c.name], value=value, label=c.label, info=info)
+        elif c.kind == "slider":
+            bound = c.bound
+            assert bound is not None, c.name  # every slider has a bound in lab.limits.BOUNDS
+            out[c.name] = gr.Slider(bound.low, bound.high, value=value, step=c.step, label=c.label, info=info)
+        else:
+            # the weights' ids are what the browser test types into
+            elem_id = f"w-{c.name.removeprefix(WEIGHT)}" if c.name.startswith(WEIGHT) else None
+            precision = 0 if c.cast is int else None  # whole steps
+            out[c.name] = gr.Number(value, label=c.label, info=info, precision=precision, elem_id=elem_id)
+    return out
+
+
+class Form:
+    """The page's controls by field name, and the way back from Gradio's `{component: value}` to names."""
+
+    def __init__(self, components: Mapping[str, Any]):
+        self.components = dict(components)
+        self._names = {id(c): name for name, c in self.components.items()}
+
+    def inputs(self, *groups: Iterable[Control]) -> set[Any]:
+        """The components of these controls, as a set: Gradio then calls the handler with one dict."""
+        return {self.components[c.name] for group in groups for c in group}
+
+    def named(self, data: Mapping[Any, Any]) -> dict[str, Any]:
+        """`{component: value}` (what Gradio passes for a set of inputs) as `{field name: value}`."""
+        return {self._names[id(c)]: v for c, v in data.items() if id(c) in self._names}

@@ -1,0 +1,216 @@
+"""What the lab's page does when a control changes: each handler takes the form's values by field name
+(`lab.form`) or a run's name, and returns what the page shows. No layout here (`lab.app`), no training logic:
+numbers come from `grpolab.trust.simulate`, `grpolab.trust.probes`, `grpolab.trl.export` and the run directories
+(`lab.views`); training runs are separate processes (`lab.jobs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from grpolab.config import LabConfig, load_config
+from grpolab.envs import env_for
+from grpolab.errors import UserError
+from grpolab.lab import jobs, views
+from grpolab.lab.form import check_simulator, config_from_form
+from grpolab.lab.limits import LabLimits, inside
+from grpolab.models import default_token_counter
+from grpolab.rewards.components import standard_names
+from grpolab.rundir import RunDir
+from grpolab.trust.simulate import SimSettings
+
+FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowError)
+"""What a malformed form value raises on its way into a config (int(None), float("x"), int(inf)...)."""
+
+
+@lru_cache(maxsize=32)
+def _profiles(env: str, length_unit: int, extra: tuple[str, ...], thought_min_words: int) -> Any:
+    """Class profiles of an environment; `extra`: the weighted components beyond the standard ones."""
+    from grpolab.trust.simulate import measure_profiles
+
+    weights = dict.fromkeys(extra, 1.0)
+    return measure_profiles(
+        env_for(LabConfig(env=env)),
+        default_token_counter(),
+        length_unit,
+        weights=weights,
+        thought_min_words=thought_min_words,
+    )
+
+
+@lru_cache(maxsize=64)
+def _probes(env: str, weights: tuple[tuple[str, float], ...]) -> dict:
+    from grpolab.trust.preflight import probe_report
+
+    cfg = load_config(None, {"env": env, "reward.weights": dict(weights)})
+    return probe_report(env_for(cfg), cfg, default_token_counter(), n_tasks=3)
+
+
+def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(stat cards, chart, probe panel) for the sliders; the simulator runs in milliseconds."""
+    from grpolab.trust.simulate import DEFAULT_PRIOR, simulate
+
+    try:
+        cfg = config_from_form(values)
+        lr, steps = check_simulator(values)
+        r = cfg.reward
+        extra = tuple(sorted(k for k, w in r.weights.items() if w and k not in standard_names()))
+        profiles = _profiles(cfg.env, r.length_unit, extra, r.thought_min_words)
+        result = simulate(profiles, DEFAULT_PRIOR, SimSettings(cfg, steps, lr=lr))
+    except FORM_ERRORS as exc:
+        msg = views.message(f"cannot simulate this setting: {exc}", "error")
+        return msg, msg, msg
+    chart = views.chart(result["iterations"], "simulated: reward, kl, tool_token_mass per iteration")
+    try:
+        probes = views.preflight_panel(_probes(cfg.env, tuple(sorted(cfg.reward.weights.items()))))
+    except (UserError, ValueError, KeyError, IndexError) as exc:
+        probes = views.message(f"probes unavailable for {cfg.env}: {exc}", "warn")
+    return views.sim_cards(result, cfg.grpo.kl_bound), chart, probes
+
+
+KEEP_EXPORTS = 16
+"""Export folders kept in the private folder (older ones are removed; Gradio has copied what it serves)."""
+
+
+def export_view(exports: Path, values: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(script, its path for the download button), written into the lab's private `exports` folder."""
+    from grpolab.trl.export import export_trl
+
+    try:
+        cfg = config_from_form(values)
+    except FORM_ERRORS as exc:
+        return f"# {exc}", None
+    folder = exports / hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
+    out = folder / "train_grpo.py"
+    if out.is_file():
+        os.utime(folder)  # recently used: pruned last
+    else:
+        export_trl(cfg, out)
+        for old in sorted(exports.iterdir(), key=lambda p: p.stat().st_mtime)[:-KEEP_EXPORTS]:
+            shutil.rmtree(old, ignore_errors=True)
+    return out.read_text(), str(out)
+
+
+def _resolve(root: Path, name: str | None) -> Path | None:
+    """The run a picker value names, inside the runs folder (UserError otherwise); None when nothing is picked."""
+    return inside(root, name) if name else None
+
+
+def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str]:
+    """(summary, cards, chart, task dropdown, iteration slider, status) for the selected run."""
+    try:
+        path = _resolve(root, name)
+    except UserError as exc:
+        msg = views.message(str(exc), "error")
+        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+    if path is None:
+        empty = views.message("Pick a run (or type a run directory path under the runs folder).")
+        return empty, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+    v = views.load_run(path)
+    if not v.ok:
+        msg = views.message(f"{path}: " + ("; ".join(v.problems) or "not a run directory"), "error")
+        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+    ids = views.task_ids(v)
+    labels = v.eval_labels()
+    state = "running" if RunDir(path).in_use() else "not running"
+    return (
+        views.run_summary(v),
+        views.run_cards(v),
+        views.chart(v.metrics, f"{path.name}: reward, kl, tool_token_mass"),
+        gr.update(choices=ids, value=ids[0] if ids else None),
+        gr.update(maximum=max(len(labels) - 1, 1), value=max(len(labels) - 1, 0)),
+        state,
+    )
+
+
+def tick_view(root: Path, name: str | None, current_status: str) -> tuple[Any, Any, Any, Any]:
+    """(summary, cards, chart, status) again while the selected run is running; unchanged otherwise."""
+    try:
+        path = _resolve(root, name)
+    except UserError:
+        path = None
+    if path is None or not (RunDir(path).in_use() or current_status == "running"):
+        return gr.update(), gr.update(), gr.update(), gr.update()
+    summary, cards, chart, _, _, state = run_view(root, name)
+    return summary, cards, chart, state
+
+
+def episode_view(root: Path, name: str | None, task_id: str | None, index: float) -> str:
+    try:
+        path = _resolve(root, name)
+        position = int(index or 0)
+    except FORM_ERRORS:
+        return ""
+    if path is None:
+        return ""
+    v = views.load_run(path)
+    if not v.ok:
+        return ""
+    labels = v.eval_labels()
+    if not labels:
+        return views.message("No held-out evaluations yet.")
+    label = labels[max(0, min(position, len(labels) - 1))]
+    return f"<div>iteration: <b>{label}</b></div>" + views.episode_pair(v, task_id, label)
+
+
+MAX_QUESTION = 500
+"""Characters of a question typed into the "try it" box."""
+
+
+@lru_cache(maxsize=2)
+def _agent(path: Path, checkpoint: Path) -> Any:
+    """A run's agent at one checkpoint (loaded once: a few seconds; a newer checkpoint loads again)."""
+    from grpolab.agent.chat import ChatSession
+
+    return ChatSession.from_run(path)
+
+
+def try_view(root: Path, name: str | None, question: str) -> str:
+    """Ask the selected run's agent: it thinks, calls the real tools and answers, turn by turn."""
+    try:
+        path = _resolve(root, name)
+    except UserError as exc:
+        return views.message(str(exc), "error")
+    if path is None:
+        return views.message("Pick a run first.")
+    question = (question or "").strip()
+    if not question or len(question) > MAX_QUESTION:
+        return views.message(f"Type a question of 1 to {MAX_QUESTION} characters.", "warn")
+    checkpoints = RunDir(path).checkpoints()
+    if not checkpoints:
+        return views.message("This run has no checkpoint yet.", "warn")
+    try:
+        events = list(_agent(path, checkpoints[-1][1]).send(question))
+    except UserError as exc:
+        return views.message(str(exc), "error")
+    return views.chat_html(events)
+
+
+def start_view(root: Path, limits: LabLimits, name: str, values: Mapping[str, Any]) -> tuple[str, Any]:
+    """Start a training job from the form: (message, run picker update)."""
+    try:
+        cfg = config_from_form(values)
+        out = jobs.start(cfg, root, name, limits)
+    except FORM_ERRORS as exc:
+        return f"**cannot start:** {exc}", gr.update()
+    return f"started `{out}` in the background (it survives a page reload)", gr.update(
+        choices=views.list_runs(root), value=out.name
+    )
+
+
+def stop_view(root: Path, name: str | None) -> str:
+    try:
+        path = _resolve(root, name)
+    except UserError as exc:
+        return str(exc)
+    if path is None:
+        return "pick a run first"
+    return jobs.stop(path.parent, path.name)
