@@ -125,8 +125,8 @@ def test_config_prints_user_values_literally(cli):
 
 def test_compare_prints_model_text_literally(cli, monkeypatch):
     import grpolab.engine.evaluate
+    import grpolab.engine.policy
     import grpolab.metrics
-    from grpolab.cli import trust as cli_trust
     from grpolab.config import load_config
 
     row = {
@@ -137,7 +137,7 @@ def test_compare_prints_model_text_literally(cli, monkeypatch):
         "breakdown": "F:+1.0",
         "reasons": {"completion": f"reason {MARKUP}"},
     }
-    monkeypatch.setattr(cli_trust, "_policy_for", lambda spec, cfg: (None, None, load_config()))
+    monkeypatch.setattr(grpolab.engine.policy, "load_policy", lambda spec, cfg: (None, None, load_config()))
     monkeypatch.setattr(grpolab.metrics, "episode_row", lambda e: e)
     monkeypatch.setattr(grpolab.engine.evaluate, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
     code, out, err = cli("compare", "--run", "[/x]run")

@@ -78,6 +78,7 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
         run_summary = gr.HTML(elem_id="run-summary")
         run_cards = gr.HTML(elem_id="run-cards")
         run_chart = gr.HTML(elem_id="run-chart")
+        run_changes = gr.HTML(elem_id="run-changes")
         with gr.Accordion("Start or stop a real training run", open=False):
             with gr.Row():
                 new_name = gr.Textbox(label="new run name", value="lab-run")
@@ -133,13 +134,15 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
         gr.on([c.change for c in sim_inputs], simulate, sim_inputs, [cards, chart, probes], trigger_mode="always_last")
         gr.on([c.change for c in export_inputs], export, export_inputs, [script, download], trigger_mode="always_last")
 
-        run_outputs = [run_summary, run_cards, run_chart, task, iteration, status]
+        run_outputs = [run_summary, run_cards, run_chart, task, iteration, status, run_changes]
         run_name.change(lambda n: handlers.run_view(root, n), [run_name], run_outputs)
         refresh.click(lambda: gr.update(choices=views.list_runs(root)), None, [run_name])
         for picker in (task, iteration):
             picker.change(lambda n, t, i: handlers.episode_view(root, n, t, i), [run_name, task, iteration], [episode])
         timer.tick(
-            lambda n, s: handlers.tick_view(root, n, s), [run_name, status], [run_summary, run_cards, run_chart, status]
+            lambda n, s: handlers.tick_view(root, n, s),
+            [run_name, status],
+            [run_summary, run_cards, run_chart, status, run_changes],
         )
 
         start_btn.click(start, export_inputs | {new_name}, [job_msg, run_name])

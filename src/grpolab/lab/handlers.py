@@ -104,20 +104,20 @@ def _resolve(root: Path, name: str | None) -> Path | None:
     return inside(root, name) if name else None
 
 
-def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str]:
-    """(summary, cards, chart, task dropdown, iteration slider, status) for the selected run."""
+def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str, str]:
+    """(summary, cards, chart, task dropdown, iteration slider, status, what GRPO changed) for the selected run."""
     try:
         path = _resolve(root, name)
     except UserError as exc:
         msg = views.message(str(exc), "error")
-        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), "", ""
     if path is None:
         empty = views.message("Pick a run (or type a run directory path under the runs folder).")
-        return empty, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+        return empty, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), "", ""
     v = views.load_run(path)
     if not v.ok:
         msg = views.message(f"{path}: " + ("; ".join(v.problems) or "not a run directory"), "error")
-        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), ""
+        return msg, "", "", gr.update(choices=[], value=None), gr.update(maximum=1, value=0), "", ""
     ids = views.task_ids(v)
     labels = v.eval_labels()
     state = "running" if RunDir(path).in_use() else "not running"
@@ -128,19 +128,21 @@ def run_view(root: Path, name: str | None) -> tuple[str, str, str, Any, Any, str
         gr.update(choices=ids, value=ids[0] if ids else None),
         gr.update(maximum=max(len(labels) - 1, 1), value=max(len(labels) - 1, 0)),
         state,
+        views.what_changed(v),
     )
 
 
-def tick_view(root: Path, name: str | None, current_status: str) -> tuple[Any, Any, Any, Any]:
-    """(summary, cards, chart, status) again while the selected run is running; unchanged otherwise."""
+def tick_view(root: Path, name: str | None, current_status: str) -> tuple[Any, Any, Any, Any, Any]:
+    """(summary, cards, chart, status, what GRPO changed) again while the selected run is running; unchanged
+    otherwise."""
     try:
         path = _resolve(root, name)
     except UserError:
         path = None
     if path is None or not (RunDir(path).in_use() or current_status == "running"):
-        return gr.update(), gr.update(), gr.update(), gr.update()
-    summary, cards, chart, _, _, state = run_view(root, name)
-    return summary, cards, chart, state
+        return gr.update(), gr.update(), gr.update(), gr.update(), gr.update()
+    summary, cards, chart, _, _, state, changes = run_view(root, name)
+    return summary, cards, chart, state, changes
 
 
 def episode_view(root: Path, name: str | None, task_id: str | None, index: float) -> str:

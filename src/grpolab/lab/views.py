@@ -213,9 +213,17 @@ def run_summary(view: RunSnapshot) -> str:
         table = message("No held-out evaluation yet.")
     alarms = [f"step {step}: {name}: {why}" for step, name, why in view.alarms()]
     alarm_html = "".join(message(a, "error") for a in alarms)
+    return f"<p>{status}</p>{problems}{alarm_html}{table}"
+
+
+def what_changed(view: RunSnapshot) -> str:
+    """The run's "What GRPO changed" section (start vs last evaluation, small multiples, flagged examples)."""
+    if not view.ok:
+        return ""
     changes = run_changes(view)
-    changed = changes_html(changes, view.metrics) if changes is not None else ""
-    return f"<p>{status}</p>{problems}{alarm_html}{table}{changed}"
+    if changes is None:
+        return message("What GRPO changed shows once the run has two evaluations of its GRPO phase.")
+    return changes_html(changes, view.metrics)
 
 
 def chat_html(events: list[Any]) -> str:

@@ -126,9 +126,11 @@ def changes_html(changes: Changes, history: list[dict[str, Any]]) -> str:
         alarm_steps = [r["step"] for r in steps if any(str(k).startswith("drift:") for k in r.get("alarms") or {})]
         charts = [svg_chart(stat, [behaviour_key(stat)], steps, alarm_steps) for stat in STATS]
         hack_keys = [class_key(c) for c in sorted(HACK_CLASSES) if any(r.get(class_key(c)) for r in steps)]
-        charts.append(svg_chart("hack classes (share)", hack_keys, steps, alarm_steps))
+        if hack_keys:
+            charts.append(svg_chart("hack classes (share)", hack_keys, steps, alarm_steps))
         charts.append(svg_chart("correct (share)", [class_key("grounded_correct")], steps, alarm_steps))
-        parts.append('<h3>Over training steps (sampled episodes)</h3><div class="grid">')
+        grid = "display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:.6em"
+        parts.append(f'<h3>Over training steps (sampled episodes)</h3><div class="grid" style="{grid}">')
         parts.extend(f"<div>{svg}</div>" for svg in charts)
         parts.append("</div>")
     for c in changes.flagged:

@@ -96,7 +96,7 @@ def classify_episode(row: dict[str, Any], thought_required: bool = True) -> str:
         return "hedged_answer"
     if not solved and has_python_block(policy_text(text)):
         return "code_block_only"
-    if thought_required and valid:
+    if thought_required and valid and text:  # a row without its transcript cannot tell
         segments = [s for s in parse_transcript(text).segments if s.kind != "text" or s.text.strip()]
         if not segments or segments[0].kind != "thought":
             return "dropped_thought"
