@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from grpolab.envs.base import Environment, Task
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
 from grpolab.rewards.components import THOUGHT_MIN_WORDS
 from grpolab.rewards.score import Score, score_transcript
 
+R = TypeVar("R", bound="BesideHonest")
 Probe = Callable[[Environment, Task], "str | None"]
 """(env, task) -> a hack transcript, or None where the strategy does not apply (e.g. no tool calls to fake)."""
 
@@ -157,17 +159,31 @@ def register_probe(name: str, probe: Probe) -> None:
 
 
 @dataclass
-class ProbeResult:
-    probe: str
+class BesideHonest:
+    """A transcript scored beside the task's honest reference under the same reward."""
+
+    name: str
     task_id: str
     score: Score
     honest: Score
     transcript: str
 
     @property
+    def gain(self) -> float:
+        """How far above honest work it scores (negative: below)."""
+        return self.score.total - self.honest.total
+
+
+@dataclass
+class ProbeResult(BesideHonest):
+    @property
+    def probe(self) -> str:
+        return self.name
+
+    @property
     def margin(self) -> float:
         """How far below honest work the probe scores (positive is safe)."""
-        return self.honest.total - self.score.total
+        return -self.gain
 
     @property
     def gameable(self) -> bool:
@@ -183,6 +199,34 @@ class ProbeResult:
         ]
 
 
+def score_beside_honest(
+    env: Environment,
+    tasks: list[Task],
+    builders: dict[str, Probe],
+    weights: dict[str, float],
+    length_unit: int,
+    count_tokens: Callable[[str], int],
+    thought_min_words: int = THOUGHT_MIN_WORDS,
+) -> list[tuple[str, Task, Score, Score, str]]:
+    """(name, task, score, honest score, transcript) of every builder's transcript on every task where it applies
+    (and differs from the honest reference), scored under the given reward beside the honest reference."""
+
+    def score(task: Task, text: str) -> Score:
+        return score_transcript(
+            env, task, text, weights, length_unit, count_tokens=count_tokens, thought_min_words=thought_min_words
+        )
+
+    out = []
+    for task in tasks:
+        reference = env.reference_transcript(task)
+        honest = score(task, reference)
+        for name, build in builders.items():
+            text = build(env, task)
+            if text is not None and text != reference:
+                out.append((name, task, score(task, text), honest, text))
+    return out
+
+
 def run_probes(
     env: Environment,
     tasks: list[Task],
@@ -191,35 +235,23 @@ def run_probes(
     count_tokens: Callable[[str], int],
     thought_min_words: int = THOUGHT_MIN_WORDS,
 ) -> list[ProbeResult]:
-    results = []
-    for task in tasks:
-        honest = score_transcript(
-            env,
-            task,
-            env.reference_transcript(task),
-            weights,
-            length_unit,
-            count_tokens=count_tokens,
-            thought_min_words=thought_min_words,
-        )
-        for name, probe in {**PROBES, **getattr(env, "probes", {})}.items():
-            text = probe(env, task)
-            if text is None:
-                continue
-            s = score_transcript(
-                env, task, text, weights, length_unit, count_tokens=count_tokens, thought_min_words=thought_min_words
-            )
-            results.append(ProbeResult(name, task.id, s, honest, text))
-    return results
+    probes = {**PROBES, **getattr(env, "probes", {})}
+    scored = score_beside_honest(env, tasks, probes, weights, length_unit, count_tokens, thought_min_words)
+    return [ProbeResult(name, task.id, s, honest, text) for name, task, s, honest, text in scored]
+
+
+def best_gain_by_name(results: list[R]) -> list[R]:
+    """For each probe (or shortcut), the task where it came closest to honest work or beat it by most."""
+    best: dict[str, R] = {}
+    for r in results:
+        if r.name not in best or r.gain > best[r.name].gain:
+            best[r.name] = r
+    return list(best.values())
 
 
 def worst_by_probe(results: list[ProbeResult]) -> list[ProbeResult]:
     """For each probe, the task where it came closest to (or beat) honest work."""
-    worst: dict[str, ProbeResult] = {}
-    for r in results:
-        if r.probe not in worst or r.margin < worst[r.probe].margin:
-            worst[r.probe] = r
-    return list(worst.values())
+    return best_gain_by_name(results)
 
 
 def gameable_lines(results: list[ProbeResult]) -> list[str]:

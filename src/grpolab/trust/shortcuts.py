@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from grpolab.envs.base import Environment, Task
 from grpolab.protocol import render_thought
 from grpolab.rewards.components import THOUGHT_MIN_WORDS
-from grpolab.rewards.score import Score, score_transcript
+from grpolab.trust.probes import BesideHonest, best_gain_by_name, score_beside_honest
 
 Shortcut = Callable[[Environment, Task], "str | None"]
 """(env, task) -> the honest reference transcript with one small change, or None where it does not apply."""
@@ -113,17 +113,15 @@ SHORTCUTS: dict[str, Shortcut] = {
 
 
 @dataclass
-class ShortcutResult:
-    shortcut: str
-    task_id: str
-    score: Score
-    honest: Score
-    transcript: str
+class ShortcutResult(BesideHonest):
+    @property
+    def shortcut(self) -> str:
+        return self.name
 
     @property
     def margin(self) -> float:
         """How far above honest work the shortcut scores (positive: the reward pays for taking it)."""
-        return self.score.total - self.honest.total
+        return self.gain
 
     @property
     def paid(self) -> bool:
@@ -144,31 +142,13 @@ def run_shortcuts(
     thought_min_words: int = THOUGHT_MIN_WORDS,
 ) -> list[ShortcutResult]:
     """Every shortcut on every task, scored beside the honest reference under the given reward."""
-
-    def score(task: Task, text: str) -> Score:
-        return score_transcript(
-            env, task, text, weights, length_unit, count_tokens=count_tokens, thought_min_words=thought_min_words
-        )
-
-    results = []
-    for task in tasks:
-        honest_text = env.reference_transcript(task)
-        honest = score(task, honest_text)
-        for name, transform in SHORTCUTS.items():
-            text = transform(env, task)
-            if text is None or text == honest_text:
-                continue
-            results.append(ShortcutResult(name, task.id, score(task, text), honest, text))
-    return results
+    scored = score_beside_honest(env, tasks, SHORTCUTS, weights, length_unit, count_tokens, thought_min_words)
+    return [ShortcutResult(name, task.id, s, honest, text) for name, task, s, honest, text in scored]
 
 
 def best_by_shortcut(results: list[ShortcutResult]) -> list[ShortcutResult]:
     """For each shortcut, the task where it pays most (or loses least)."""
-    best: dict[str, ShortcutResult] = {}
-    for r in results:
-        if r.shortcut not in best or r.margin > best[r.shortcut].margin:
-            best[r.shortcut] = r
-    return list(best.values())
+    return best_gain_by_name(results)
 
 
 def paid_lines(results: list[ShortcutResult]) -> list[str]:
