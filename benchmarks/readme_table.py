@@ -118,6 +118,25 @@ def _bfcl_parity_row() -> str:
     return f"| BFCL checker parity with the official ast_checker | {fig} | `{p['command']}` | {p['date']} |"
 
 
+def _hack_detection(h: dict) -> str:
+    """Recall, false alarms and lead time per detector on the held-out seeds."""
+    runs = h["runs"]
+    hacked = sum(1 for r in runs.values() if r["hacked"])
+    parts = []
+    for name, d in h["detectors"].items():
+        t = d["test"]
+        recall = "n/a" if t["recall"] is None else _pct(t["recall"])
+        fa = "n/a" if t["false_alarms"] is None else _pct(t["false_alarms"])
+        lead = "n/a" if t["median_lead"] is None else f"{t['median_lead']:+g}"
+        parts.append(f"{name}: recall {recall}, false alarms {fa}, lead {lead}")
+    test = next(iter(h["detectors"].values()))["test"]
+    return (
+        f"{len(runs)} real runs ({hacked} hacked by the ground truth), thresholds fixed on seed "
+        f"{h['calibration_seed']}, scored on the other seeds ({test['hacked_runs']} hacked, {test['honest_runs']} "
+        "honest): " + "; ".join(parts)
+    )
+
+
 def rows() -> list[str]:
     out = ["| result | figure | command | date |", "| --- | --- | --- | --- |"]
     r = _load("step_cost")
@@ -138,6 +157,12 @@ def rows() -> list[str]:
         if lr and "arms" in lr:
             out += _learning(lr)
     out.append(_bfcl_parity_row())
+    h = _load("hack_detection")
+    if h:
+        out.append(
+            f"| hack detection: recall / false alarms / median lead (steps) per detector | {_hack_detection(h)} | "
+            f"`{h['command']}` | {h['date']} |"
+        )
     r = _load("sim_speed")
     if r:
         fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date")})
