@@ -33,6 +33,9 @@ def test_report_is_written_and_self_contained(tiny_run):
         "Trajectories",
         "gameability probes",
         "dummy_tags",
+        "What GRPO changed",
+        "thought_words",
+        "empty_thought",  # the shortcut table of the preflight
     ):
         assert needle in page, needle
     assert "<script" not in page
@@ -59,6 +62,9 @@ def test_report_renders_in_chromium_without_console_errors(tiny_run):
         assert page.locator("h1").inner_text().startswith("grpolab run")
         assert page.locator("svg").count() >= 7
         page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=False)
+        changed = page.locator("h2", has_text="What GRPO changed")
+        changed.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "report-what-changed.png"), full_page=False)
         browser.close()
     assert errors == []
 

@@ -21,7 +21,7 @@ from grpolab.report.charts import svg_chart
 from grpolab.report.trajectories import page, side_by_side
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir, read_snapshot
-from grpolab.rundir.snapshot import good_probes, num
+from grpolab.rundir.snapshot import finite, good_probes, num
 from grpolab.vocabulary import (
     CONVERGENCE,
     FRAC_ZERO_STD,
@@ -61,7 +61,26 @@ def probe_table(preflight: dict[str, Any]) -> str:
             f"{html.escape(str(learn.get('recommendation', '')))}</p>"
         )
     head = "<tr><th>probe</th><th>worst task</th><th>score</th><th>honest</th><th>verdict</th><th>breakdown</th></tr>"
-    return f"{summary}<table>{head}{rows}</table>"
+    return f"{summary}<table>{head}{rows}</table>{shortcut_table(preflight)}"
+
+
+def shortcut_table(preflight: dict[str, Any]) -> str:
+    """The shortcut probes (edits of honest work): margin over honest work and what pays, as HTML."""
+    found = preflight.get("shortcuts")
+    rows = []
+    for r in found if isinstance(found, list) else []:
+        if not (isinstance(r, dict) and isinstance(r.get("shortcut"), str) and finite(r.get("margin"))):
+            continue
+        paying = r.get("paying") if isinstance(r.get("paying"), dict) else {}
+        pays = ", ".join(f"{html.escape(str(k))} {num(v, '+.3f')}" for k, v in paying.items()) if r.get("paid") else ""
+        rows.append(
+            f"<tr><td>{html.escape(r['shortcut'])}</td><td>{html.escape(str(r.get('task_id', '')))}</td>"
+            f"<td class='{'bad' if r.get('paid') else 'good'}'>{r['margin']:+.3f}</td><td>{pays or '-'}</td></tr>"
+        )
+    if not rows:
+        return ""
+    head = "<tr><th>shortcut (edit of honest work)</th><th>task</th><th>margin over honest</th><th>paid by</th></tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
 
 
 def _heldout_table(summary: dict[str, Any]) -> str:
