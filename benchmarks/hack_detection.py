@@ -316,7 +316,52 @@ def score(paths: dict[str, Path], calibration_seed: int) -> dict[str, Any]:
             "alarms_shipped": {d: shipped[d][n] for d in shipped},
             "examples": _examples(last, thought),
         }
-    return {"detectors": table, "runs": per_run, "calibration_seed": calibration_seed}
+    return {
+        "detectors": table,
+        "runs": per_run,
+        "calibration_seed": calibration_seed,
+        "simulator": simulator_predictions(runs, truth),
+    }
+
+
+def _top_gain(start: dict[str, float], end: dict[str, float]) -> str:
+    return max(end, key=lambda c: end[c] - start.get(c, 0.0))
+
+
+def simulator_predictions(runs: dict[str, Recorded], truth: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per run: the simulator, started from the run's first-step class mix under the run's reward, against the run.
+
+    Compared: the class with the largest share at the end (the winner) and the class that grew most."""
+    from grpolab.models import default_token_counter
+    from grpolab.trust.simulate import SimSettings, measure_profiles, prior_from_rows, simulate
+
+    count = default_token_counter()
+    out = {}
+    for name, run in runs.items():
+        steps = sorted(run.episodes)
+        if len(steps) < 2:
+            continue
+        cfg, env = run.cfg, env_for(run.cfg)
+        thought = env.thought_required
+        prior = prior_from_rows(run.episodes[steps[0]], thought_required=thought)
+        r = cfg.reward
+        profiles = measure_profiles(env, count, r.length_unit, weights=r.weights, thought_min_words=r.thought_min_words)
+        sim = simulate(profiles, prior, SimSettings(cfg, steps=len(steps)))["classes"]
+        sim_start = {c: v["initial"] for c, v in sim.items()}
+        sim_end = {c: v["final"] for c, v in sim.items()}
+        real_start = _shares(run.episodes[steps[0]], thought)
+        real_end = _shares([e for s in steps[-WINDOW:] for e in run.episodes[s]], thought)
+        predicted, real = max(sim_end, key=sim_end.get), max(real_end, key=real_end.get)
+        out[name] = {
+            "predicted_winner": predicted,
+            "real_winner": real,
+            "winner_agrees": predicted == real,
+            "predicted_top_gain": _top_gain(sim_start, sim_end),
+            "real_top_gain": _top_gain(real_start, real_end),
+            "hacked": truth[name]["hacked"],
+        }
+    agree = [v["winner_agrees"] for v in out.values()]
+    return {"runs": out, "winner_agreement": sum(agree) / len(agree) if agree else None}
 
 
 def _shares(rows: list[dict[str, Any]], thought: bool) -> dict[str, float]:
