@@ -127,6 +127,8 @@ def _hack_detection(h: dict) -> str:
         t = d["test"]
         recall = "n/a" if t["recall"] is None else _pct(t["recall"])
         fa = "n/a" if t["false_alarms"] is None else _pct(t["false_alarms"])
+        clean = t.get("false_alarms_honest_configs")
+        fa += "" if clean is None else f" ({_pct(clean)} on honest configs)"
         lead = "n/a" if t["median_lead"] is None else f"{t['median_lead']:+g}"
         parts.append(f"{name}: recall {recall}, false alarms {fa}, lead {lead}")
     test = next(iter(h["detectors"].values()))["test"]
