@@ -138,6 +138,12 @@ def seeding(env: str, out: Path) -> Path:
     return path
 
 
+def finished(path: Path, overrides: dict[str, Any]) -> bool:
+    """Whether `path` holds a finished run of exactly these settings."""
+    done = path / "benchmark.json"
+    return done.is_file() and json.loads(done.read_text()).get("overrides") == json.loads(json.dumps(overrides))
+
+
 def run_one(family: str, seed: int, steps: int, out: Path, fresh: bool) -> Path:
     """One benchmark run (read back when a finished run of the same settings is there)."""
     from grpolab.run.loop import train
@@ -146,8 +152,7 @@ def run_one(family: str, seed: int, steps: int, out: Path, fresh: bool) -> Path:
     overrides = run_overrides(family, seed, steps)
     path = out / f"{family}-{seed}"
     done = path / "benchmark.json"
-    finished = json.loads(done.read_text()) if not fresh and done.is_file() else {}
-    if finished.get("overrides") == json.loads(json.dumps(overrides)):
+    if not fresh and finished(path, overrides):
         return path
     if path.exists():
         shutil.rmtree(path)
@@ -415,20 +420,28 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/hack_detection"))
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--runs-only", action="store_true", help="make the runs and their ground truth, score nothing")
+    ap.add_argument("--score-only", action="store_true", help="score the finished runs, make no new one")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for seed in args.seeds:
         for family in args.families:
-            path = run_one(family, seed, args.steps, args.out, args.fresh)
+            if args.score_only:
+                path = args.out / f"{family}-{seed}"
+                if not finished(path, run_overrides(family, seed, args.steps)):
+                    continue
+            else:
+                path = run_one(family, seed, args.steps, args.out, args.fresh)
             paths[path.name] = path
             print(json.dumps({"run": path.name, **label_run(path)}), flush=True)
     if args.runs_only:
         return
     result = score(paths, args.seeds[0])
     result.update({"families": {f: FAMILIES[f] for f in args.families}, "seeds": args.seeds, "steps": args.steps})
+    result["runs_scored"] = sorted(paths)
     result["date"] = time.strftime("%Y-%m-%d")
     flags = [f"--seeds {' '.join(map(str, args.seeds))}", f"--steps {args.steps}"]
+    flags += ["--score-only"] if args.score_only else []
     if args.families != list(FAMILIES):
         flags.append(f"--families {' '.join(args.families)}")
     result["command"] = "python benchmarks/hack_detection.py " + " ".join(flags)
