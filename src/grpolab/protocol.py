@@ -62,6 +62,11 @@ class ParsedTranscript:
         return [s.call for s in self.segments if s.kind == "tool_call" and s.call is not None]
 
     @property
+    def opening(self) -> Segment | None:
+        """The first segment that is not blank text (where a turn's opening <thought> must be), or None."""
+        return next((s for s in self.segments if s.kind != "text" or s.text.strip()), None)
+
+    @property
     def final_answer(self) -> str:
         """Plain text after the last tag-delimited segment (whitespace stripped); '' when there is none."""
         tail: list[str] = []

@@ -66,13 +66,12 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
         if not ok:
             failed.append(problem)
 
-    segments = [s for s in r.parsed.segments if s.kind != "text" or s.text.strip()]
+    first = r.parsed.opening
     if env.thought_required:
-        opened = bool(segments) and segments[0].kind == "thought" and segments[0].closed
-        if not opened:
+        if first is None or first.kind != "thought" or not first.closed:
             check(False, "the turn does not open with a <thought>")
         else:
-            words = thought_words(segments[0].text)
+            words = thought_words(first.text)
             check(
                 words >= ctx.thought_min_words, f"the thought is empty ({words} words, {ctx.thought_min_words} needed)"
             )

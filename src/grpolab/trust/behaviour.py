@@ -66,9 +66,9 @@ def policy_text(text: str) -> str:
 def episode_stats(text: str) -> dict[str, float]:
     """The structure statistics (`STATS`) of one transcript. Never raises on model text."""
     parsed = parse_transcript(text or "")
-    segments = [s for s in parsed.segments if s.kind != "text" or s.text.strip()]
-    thought = segments[0].text if segments and segments[0].kind == "thought" and segments[0].closed else ""
-    calls = [s.call for s in parsed.segments if s.kind == "tool_call" and s.call is not None]
+    first = parsed.opening
+    thought = first.text if first is not None and first.kind == "thought" and first.closed else ""
+    calls = parsed.calls
     keys = {json.dumps([c.name, c.arguments], sort_keys=True, default=str) if c.ok else c.raw for c in calls}
     answer = parsed.final_answer
     numbers = {n.replace("$", "").replace(",", "") for n in _NUMBER.findall(answer)}
@@ -97,10 +97,10 @@ def classify_episode(row: dict[str, Any], thought_required: bool = True) -> str:
     if not solved and has_python_block(policy_text(text)):
         return "code_block_only"
     if thought_required and valid and text:  # a row without its transcript cannot tell
-        segments = [s for s in parse_transcript(text).segments if s.kind != "text" or s.text.strip()]
-        if not segments or segments[0].kind != "thought":
+        first = parse_transcript(text).opening
+        if first is None or first.kind != "thought":
             return "dropped_thought"
-        if thought_words(segments[0].text) < THOUGHT_MIN_WORDS:
+        if thought_words(first.text) < THOUGHT_MIN_WORDS:
             return "empty_thought"
     if solved:
         return "verbose_correct" if tokens > VERBOSE_TOKENS else "grounded_correct"
