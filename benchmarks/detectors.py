@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.rundir.snapshot import finite_number
 from grpolab.trust.alarms import check_alarms
 from grpolab.trust.attribution import attribution
 from grpolab.trust.drift import drift_alarms
@@ -45,12 +46,8 @@ Detector = Callable[[Recorded, int, float], bool]
 """(run, step t, threshold) -> alarms at step t (seeing rows[:t])."""
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
-    return [v for v in (_num(r.get(key)) for r in rows) if v is not None]
+    return [v for v in (finite_number(r.get(key)) for r in rows) if v is not None]
 
 
 def reward_hacking(run: Recorded, t: int, threshold: float) -> bool:
@@ -89,7 +86,7 @@ def entropy_trend(run: Recorded, t: int, threshold: float) -> bool:
 def _advantages(episodes: list[dict[str, Any]]) -> list[float]:
     groups: dict[Any, list[float]] = {}
     for e in episodes:
-        if _num(e.get("total")) is not None:
+        if finite_number(e.get("total")) is not None:
             groups.setdefault(e.get("group"), []).append(float(e["total"]))
     out = []
     for rewards in groups.values():
@@ -123,7 +120,7 @@ def component_dominance(run: Recorded, t: int, threshold: float) -> bool:
     if t < 1:
         return False
     row = run.rows[t - 1]
-    parts = {k[7:]: abs(v) for k, v in row.items() if k.startswith("reward/") and _num(v) is not None}
+    parts = {k[7:]: abs(v) for k, v in row.items() if k.startswith("reward/") and finite_number(v) is not None}
     parts = {k: v for k, v in parts.items() if k not in ("mean", "std")}
     total = sum(parts.values())
     if total <= 0:

@@ -27,6 +27,11 @@ def finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def finite_number(x: Any) -> float | None:
+    """The value as a float when it is a real, finite number (see `finite`), else None."""
+    return float(x) if finite(x) else None
+
+
 def num(x: Any, fmt: str = "+.2f") -> str:
     """A value as it is shown: formatted when it is a finite number, else "n/a"."""
     return format(x, fmt) if finite(x) else "n/a"

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from grpolab.rundir.snapshot import finite_number
 from grpolab.vocabulary import REWARD_MEAN, SUCCESS, attribution_key, reward_key
 
 VERIFIER = "completion"
@@ -24,18 +25,14 @@ VERIFIER_WORTH = 3.0
 """Reward units one unit of success is worth when completion carries no weight (its default weight)."""
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 def _mean(rows: Sequence[dict[str, Any]], key: str) -> float | None:
-    xs = [v for v in (_num(r.get(key)) for r in rows) if v is not None]
+    xs = [v for v in (finite_number(r.get(key)) for r in rows) if v is not None]
     return sum(xs) / len(xs) if xs else None
 
 
 def component_changes(history: Sequence[dict[str, Any]], window: int) -> dict[str, float]:
     """Change of each weighted component mean (`reward/NAME`), last `window` steps against the first ones."""
-    rows = [r for r in history if _num(r.get(REWARD_MEAN)) is not None]
+    rows = [r for r in history if finite_number(r.get(REWARD_MEAN)) is not None]
     if len(rows) < 2 * window:
         return {}
     prefix = reward_key("")
@@ -62,7 +59,7 @@ def attribution(
     total = sum(abs(v) for v in changes.values()) or 1.0
     fields = {attribution_key(k): v for k, v in changes.items()}
     fields.update({attribution_key(k, share=True): v / total for k, v in changes.items()})
-    rows = [r for r in history if _num(r.get(REWARD_MEAN)) is not None]
+    rows = [r for r in history if finite_number(r.get(REWARD_MEAN)) is not None]
     train_gain = (_mean(rows[-window:], SUCCESS) or 0.0) - (_mean(rows[:window], SUCCESS) or 0.0)
     steps = sorted(heldout)
     held_gain = heldout[steps[-1]] - heldout[steps[0]] if len(steps) >= 2 else -math.inf

@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from grpolab.rundir.snapshot import finite_number
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
 from grpolab.vocabulary import EPISODES, SUCCESS, behaviour_key, class_key
 
@@ -62,8 +63,7 @@ def step_behaviour(rows: Sequence[dict[str, Any]], thought_required: bool = True
 
 
 def _num(row: dict[str, Any], key: str) -> float | None:
-    x = row.get(key)
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+    return finite_number(row.get(key))
 
 
 def _pooled(rows: Sequence[dict[str, Any]], stat: str) -> dict[str, float | None] | None:
