@@ -254,6 +254,7 @@ def test_exported_script_is_lint_clean_python(tmp_path):
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     for standalone in (False, True):
         script = tmp_path / f"s{int(standalone)}" / "train_grpo.py"
+        script.parent.mkdir()  # export_trl makes no folder
         export_trl(load_config(None, ODD), script, standalone=standalone)
         # the project's rules but import order: outside the repository, grpolab is a third-party import
         lint = [ruff, "check", "--isolated", "--select", "E,F,B,UP", "--line-length", "120", str(script)]

@@ -19,6 +19,7 @@ Departures:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import uuid
@@ -35,6 +36,7 @@ from grpolab.engine.policy import load_run_policy
 from grpolab.envs import env_for
 from grpolab.envs.base import question_task
 from grpolab.errors import UserError
+from grpolab.files import output_folder
 from grpolab.formats import stop_token_ids
 from grpolab.metrics import heldout_summary
 from grpolab.vocabulary import HELDOUT_SUCCESS
@@ -90,7 +92,8 @@ def stop_ids(tokenizer: Any) -> list[int]:
 
 
 def check_out_dir(out: Path) -> None:
-    """An export never overwrites: --out must not exist, or be an empty folder."""
+    """An export never overwrites: --out must not exist, or be an empty folder; the folder above it must exist."""
+    output_folder(out, "--out")
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file", "pick a new --out directory (nothing is overwritten)")
     if out.exists() and any(out.iterdir()):
@@ -180,10 +183,10 @@ def export_run(
     (`check_limit` of them, default the run's eval_limit) and their transcripts compared.
     """
     t0 = time.perf_counter()
+    out = Path(os.path.realpath(out)) if out.is_symlink() else out  # a link to a folder: written through
     check_out_dir(out)
     if gguf and gguf_type not in GGUF_TYPES:
         raise UserError(f"unknown GGUF tensor type {gguf_type!r}", f"use one of: {', '.join(GGUF_TYPES)}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     # made first, so an unwritable --out fails before minutes of loading; not mkdtemp, whose folder is private
     tmp = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()

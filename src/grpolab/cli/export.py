@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from grpolab.cli.options import (
     ConfigOpt,
@@ -15,6 +16,7 @@ from grpolab.cli.options import (
     SeedOpt,
     WeightsOpt,
     console,
+    err_console,
     print_json,
     resolve_config,
     writing_to,
@@ -36,23 +38,33 @@ def export_trl(
         bool, typer.Option("--standalone", help="Bundle grpolab's source into the script (no grpolab install).")
     ] = False,
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="num_processes in the GPU accelerate configs.")] = 8,
+    accelerate_dir: Annotated[
+        Path | None,
+        typer.Option("--accelerate-dir", help="Folder for the accelerate configs (default: beside the script)."),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
+    from grpolab.files import output_target
     from grpolab.trl.export import export_trl as write
     from grpolab.trl.settings import unsupported
 
     cfg = resolve_config(config, env, model, seed, weights)
+    # a script that goes into a stream (/dev/stdout, a FIFO): what is said about it goes to stderr, not into it
+    stream = output_target(output, "-o").stream
     with writing_to(output, "-o"):
-        paths = write(cfg, output, standalone=standalone, gpus=gpus)
+        paths = write(cfg, output, standalone=standalone, gpus=gpus, accelerate_dir=accelerate_dir)
     notes = unsupported(cfg)
     if json:
         print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes})
         return
+    say = err_console if stream else console
     for p in paths:
-        console.print(f"wrote {p}")
+        say.print(f"wrote {p}", markup=False)
     for n in notes:
-        console.print(f"[yellow]not expressed in TRL:[/] {n}")
-    console.print(
-        f"run it: python {output}   (multi-GPU: accelerate launch --config_file accelerate_zero2.yaml {output})"
-    )
+        say.print(Text("not expressed in TRL: ", style="yellow") + Text(n))
+    if len(paths) == 1:
+        say.print("accelerate configs not written (the script went into a stream): add --accelerate-dir DIR")
+        return
+    launch = paths[1].parent / "accelerate_zero2.yaml"
+    say.print(f"run it: python {output}   (multi-GPU: accelerate launch --config_file {launch} {output})", markup=False)

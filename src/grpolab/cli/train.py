@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Annotated
 
@@ -23,12 +24,16 @@ from grpolab.cli.options import (
 )
 from grpolab.config import DEMO_CONFIG, field_doc
 from grpolab.errors import UserError
+from grpolab.files import output_folder
 from grpolab.vocabulary import CONVERGENCE, HELDOUT_HEADLINE, HELDOUT_N, HELDOUT_SUCCESS, SPECS, SUCCESS
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]
 StepsOpt = field_option("--steps", "train.steps")
 SftStepsOpt = field_option("--sft-steps", "train.sft_steps")
 BackendOpt = field_option("--backend", "train.backend", str)
+
+
+DEMO_OUT = Path("runs/demo")
 
 
 def register(app: typer.Typer) -> None:
@@ -67,6 +72,7 @@ def train(
         return
     if out is None:
         raise UserError("train needs --out DIR (or --resume DIR)", "for example --out runs/first")
+    output_folder(out, "--out")
     overrides = {"train__steps": steps, "train__sft_steps": sft_steps, "train__backend": backend}
     cfg = resolve_config(config, env, model, seed, weights, **overrides)
     run = run_training(cfg, out, quiet=quiet)
@@ -122,7 +128,7 @@ def eval_(
 def demo(
     config: ConfigOpt = None,
     seed: SeedOpt = None,
-    out: Annotated[Path, typer.Option("--out", help="Run directory.")] = Path("runs/demo"),
+    out: Annotated[Path | None, typer.Option("--out", help=f"Run directory (default {DEMO_OUT}).")] = None,
     steps: StepsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -131,6 +137,11 @@ def demo(
     from grpolab.run.loop import train as run_training
     from grpolab.rundir import RunDir
 
+    if out is None:
+        out = DEMO_OUT
+        with suppress(OSError):  # the demo's own default: runs/ here (where that fails, creating the run says why)
+            out.parent.mkdir(exist_ok=True)
+    output_folder(out, "--out")
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
     if RunDir(out).has_steps():
         out = out.with_name(f"{out.name}-{time.strftime('%Y%m%d-%H%M%S')}")

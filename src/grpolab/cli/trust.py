@@ -53,17 +53,17 @@ def check(
     base model. Exits 1 when a probe matches or beats honest work; a shortcut the reward pays (an edit of honest work
     that scores above it) is named with its margin and the components that pay for it."""
     from grpolab.envs import env_for
+    from grpolab.files import output_target, write_output
     from grpolab.models import load_model
     from grpolab.trust.preflight import check as run_check
 
+    target = output_target(save, "--save") if save is not None else None  # before minutes of work
     cfg = resolve_config(config, env, model, seed, weights)
     policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
     report = run_check(policy, tokenizer, env_for(cfg), cfg, prompts, group_size)
-    if save is not None:
-        from grpolab.files import atomic_write_text
-
-        with writing_to(save, "--save"):
-            atomic_write_text(save, jsonlib.dumps(report, indent=2, default=str))
+    if target is not None:
+        with writing_to(target.named, "--save"):
+            write_output(target, jsonlib.dumps(report, indent=2, default=str) + "\n")
     if json:
         print_json(report)
     else:
@@ -127,9 +127,11 @@ def compare(
     from grpolab.engine.evaluate import evaluate
     from grpolab.engine.policy import load_policy
     from grpolab.envs import env_for
+    from grpolab.files import output_target, write_output
     from grpolab.metrics import episode_row
     from grpolab.report.changes import change_lines, changes_html, what_changed
 
+    target = output_target(html_out, "--html") if html_out is not None else None  # before minutes of work
     base_cfg = resolve_config(config)
     right_model, right_tok, cfg = load_policy(run, base_cfg)  # a run brings its own config
     left_model, left_tok, _ = load_policy(cfg.model if against == "base" else against, cfg)
@@ -138,14 +140,13 @@ def compare(
     right_sum, right_eps = evaluate(right_model, right_tok, env, cfg, "heldout", limit)
     left_rows, right_rows = [episode_row(e) for e in left_eps], [episode_row(e) for e in right_eps]
     changes = what_changed(left_rows, right_rows, cfg, env.thought_required, (against, run))
-    if html_out is not None:
-        from grpolab.files import atomic_write_text
+    if target is not None:
         from grpolab.report.trajectories import page, side_by_side
 
         body = f"<h1>{against} vs {run}</h1>" + side_by_side(left_rows, right_rows, against, run, limit)
         body += changes_html(changes, [])
-        with writing_to(html_out, "--html"):
-            atomic_write_text(html_out, page(f"{against} vs {run}", body))
+        with writing_to(target.named, "--html"):
+            write_output(target, page(f"{against} vs {run}", body))
     if json:
         print_json(
             {

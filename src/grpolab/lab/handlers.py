@@ -93,6 +93,7 @@ def export_view(exports: Path, values: Mapping[str, Any]) -> tuple[str, str | No
     if out.is_file():
         os.utime(folder)  # recently used: pruned last
     else:
+        folder.mkdir(parents=True, exist_ok=True)  # the lab's own private folder (export_trl makes none)
         export_trl(cfg, out)
         for old in sorted(exports.iterdir(), key=lambda p: p.stat().st_mtime)[:-KEEP_EXPORTS]:
             shutil.rmtree(old, ignore_errors=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import io
+import os
 import pprint
 import re
 import textwrap
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import grpolab
 from grpolab.config import LabConfig, config_to_dict
-from grpolab.files import atomic_write_text
+from grpolab.files import output_folder, output_target, write_output
 from grpolab.trl.settings import TRL_VERSION, Setting, grpo_settings, lora_settings, unsupported
 
 RUNTIME = {
@@ -207,14 +208,28 @@ def render_script(
     return "\n".join(out) + "\n"
 
 
-def export_trl(cfg: LabConfig, out: Path, standalone: bool = False, gpus: int = 8) -> list[Path]:
-    """Write the script and the accelerate configs beside it; returns the paths written."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, render_script(cfg, out.name, standalone))
-    out.chmod(0o755)
-    written = [out]
-    for name, text in ACCELERATE_CONFIGS.items():
-        path = out.parent / name
-        atomic_write_text(path, text.format(gpus=gpus, name=name, script=out.name))
-        written.append(path)
-    return written
+def export_trl(
+    cfg: LabConfig,
+    out: Path,
+    standalone: bool = False,
+    gpus: int = 8,
+    accelerate_dir: Path | None = None,
+    flags: tuple[str, str] = ("-o", "--accelerate-dir"),
+) -> list[Path]:
+    """Write the script to `out` and the accelerate configs into `accelerate_dir` (default: the folder of `out`;
+    none when the script goes into a stream such as /dev/stdout and no folder is given); returns the paths written.
+
+    Both follow the output rules of `grpolab.files.output_target` (a link or a device is written through, never
+    replaced; no folder is made but `accelerate_dir` itself), checked before anything is written; `flags` name
+    the options in the UserError."""
+    script = output_target(out, flags[0])
+    if accelerate_dir is not None:
+        output_folder(accelerate_dir, flags[1])
+        if not os.path.lexists(accelerate_dir):
+            accelerate_dir.mkdir()
+    folder = accelerate_dir if accelerate_dir is not None else None if script.stream else out.parent
+    companions = [output_target(folder / name, flags[1]) for name in ACCELERATE_CONFIGS] if folder else []
+    write_output(script, render_script(cfg, out.name, standalone), executable=True)
+    for target, (name, text) in zip(companions, ACCELERATE_CONFIGS.items()):
+        write_output(target, text.format(gpus=gpus, name=name, script=out.name))
+    return [out, *(t.named for t in companions)]
