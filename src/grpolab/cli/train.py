@@ -18,6 +18,7 @@ from grpolab.cli.options import (
     SeedOpt,
     WeightsOpt,
     console,
+    err_console,
     field_option,
     print_json,
     resolve_config,
@@ -106,7 +107,10 @@ def eval_(
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
-        policy, tokenizer, cfg, _ = load_run_policy(run)
+        skipped: list[str] = []
+        policy, tokenizer, cfg, _ = load_run_policy(run, skipped)
+        for line in skipped:
+            err_console.print(line, markup=False, soft_wrap=True)
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
         if category:  # or on other categories (e.g. BFCL's live_* ones, never trained on)

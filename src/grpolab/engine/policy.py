@@ -27,12 +27,26 @@ def with_lora(model: Any, cfg: LabConfig) -> Any:
 
 def apply_warm_start(model: Any, cfg: LabConfig, path: Path) -> Any:
     """The base model with an SFT warm start's trainable weights applied (LoRA: merged into the base)."""
+    weights = load_warm_start(path)
     if not cfg.lora.enabled:
-        model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
+        model.load_state_dict(weights, strict=False)
         return model
     peft_model = with_lora(model, cfg)
-    peft_model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
+    peft_model.load_state_dict(weights, strict=False)
     return peft_model.merge_and_unload()
+
+
+def load_warm_start(path: Path) -> dict[str, Any]:
+    """An SFT warm start's tensors (torch's weights-only loader); one that cannot be loaded is a UserError (runs
+    written before sft/manifest.json have no checksum, so loading is their check)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+        raise UserError(
+            f"the SFT warm start {path} cannot be loaded ({reason})",
+            "the run's checkpoints were trained on top of it: restore it from a copy, or train a new run",
+        ) from None
 
 
 def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, Any, Any]:
@@ -49,15 +63,16 @@ def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, A
     return with_lora(model, cfg), tokenizer, None
 
 
-def load_run_policy(path: Path) -> tuple[Any, Any, LabConfig, int]:
+def load_run_policy(path: Path, notes: list[str] | None = None) -> tuple[Any, Any, LabConfig, int]:
     """(policy, tokenizer, config, step) of a run directory at its newest intact checkpoint (SFT warm start
-    included): the one way from a run to its policy (eval, compare, export, chat)."""
+    included): the one way from a run to its policy (eval, compare, export, chat). A checkpoint skipped on the way
+    (damaged, or refused by the weights-only loader) is named in `notes`; a damaged warm start is a UserError."""
     run = RunDir(path)
     cfg = run.read_config()
     if not run.checkpoints():
         raise UserError(f"{path} has no checkpoint", "train it first (grpolab train --out ...), or name a model")
     model, tokenizer, _ = build_policy(cfg, run.warm_start())
-    state = run.load_checkpoint(model, None)
+    state = run.load_checkpoint(model, None, notes)
     if state is None:
         raise UserError(f"{path} has no intact checkpoint", "train it again, or resume it to write a new one")
     return model, tokenizer, cfg, int(state["step"])

@@ -27,7 +27,7 @@ from grpolab.metrics import episode_row
 from grpolab.models import load_tokenizer, token_counter
 from grpolab.report.html import render_report
 from grpolab.run.progress import Progress
-from grpolab.run.sources import backend_notes, make_source
+from grpolab.run.sources import StepSource, backend_notes, make_source
 from grpolab.rundir import RunDir
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
@@ -73,6 +73,55 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     run.save_warm_start(model)
 
 
+def _start_point(
+    cfg: LabConfig,
+    run: RunDir,
+    env: Environment,
+    progress: Progress,
+    resume: bool,
+    eval_base: bool,
+    warm_start: Path | None,
+) -> tuple[StepSource, int]:
+    """The step source and the step it stands at: the newest checkpoint that loads (resuming), or step 0 after
+    the preparation (probes, base eval, SFT). Whatever is set aside or cut on the way is kept and said."""
+    state = None
+    if resume and run.checkpoints():
+        source = make_source(cfg, run, env)  # on the run's warm start: a damaged one is a UserError here
+        refused: list[str] = []
+        state = run.load_checkpoint(source.model, source.optimizer, refused, set_aside=True)
+        for note in refused:
+            progress.note(note)
+        if state is None:
+            progress.note(f"no checkpoint of {run.path} could be loaded: starting it over")
+    if state is not None:
+        source.restore(state)  # a source that cannot resume (trl) says so here
+        start = int(state["step"])
+        for note in run.rewind(start):  # the rows past the checkpoint are redone; the cut ones are kept
+            progress.note(note)
+        progress.note(f"resumed {run.path} from step {start}")
+        return source, start
+    if resume and cfg.train.sft_steps > 0:
+        for note in run.set_aside_damaged_warm_start():  # redone by _prepare below
+            progress.note(note)
+    run.warm_start()  # a damaged one that is not redone here: a UserError before anything changes
+    for note in run.rewind(0):  # a run killed before its first checkpoint starts over cleanly
+        progress.note(note)
+    if warm_start is not None:
+        run.adopt_warm_start(RunDir(warm_start))
+        cfg = cfg.model_copy(deep=True)
+        cfg.train.sft_steps = 0
+        run.write_config(cfg)
+    _prepare(cfg, run, env, progress, eval_base)
+    source = make_source(cfg, run, env)
+    if eval_base:
+        summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
+        _record_eval(run, "0", summary, episodes)
+        warm = run.warm_start() is not None
+        progress.note(f"{'after SFT' if warm else 'base model'} held-out: {summary_line(summary)}")
+    run.save_checkpoint(0, source.model, source.optimizer, source.state())
+    return source, 0
+
+
 def train(
     cfg: LabConfig,
     out: Path,
@@ -88,70 +137,46 @@ def train(
     notes = backend_notes(cfg)  # before anything is written: a setting the backend cannot honour is refused here
     # claimed for the whole run: a second trainer on `out` gets a UserError naming this process
     run = RunDir.open_to_resume(out) if resume else RunDir.create(out, cfg)
-    run.clear_stop()  # a stale stop request from an earlier process must not end this one
-    env = env_for(cfg)
-    progress = Progress(cfg, quiet)
-    for note in notes:
-        progress.note(note)
-    for note in run.set_aside_damaged_checkpoints() if resume else []:
-        progress.note(note)  # resume falls back to the newest intact checkpoint
-    state = None
-    if resume and run.checkpoints():
-        source = make_source(cfg, run, env)
-        state = run.load_checkpoint(source.model, source.optimizer)
-        if state is None:
-            progress.note(f"no checkpoint of {out} could be loaded: starting it over")
-    if state is not None:
-        source.restore(state)  # a source that cannot resume (trl) says so here
-        start = int(state["step"])
-        run.rewind(start)
-        progress.note(f"resumed {out} from step {start}")
-    else:
-        run.rewind(0)  # a run killed before its first checkpoint starts over cleanly
-        if warm_start is not None:
-            run.adopt_warm_start(RunDir(warm_start))
-            cfg = cfg.model_copy(deep=True)
-            cfg.train.sft_steps = 0
-            run.write_config(cfg)
-        _prepare(cfg, run, env, progress, eval_base)
-        source = make_source(cfg, run, env)
-        if eval_base:
-            summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
-            _record_eval(run, "0", summary, episodes)
-            warm = run.warm_start() is not None
-            progress.note(f"{'after SFT' if warm else 'base model'} held-out: {summary_line(summary)}")
-        start = 0
-        run.save_checkpoint(0, source.model, source.optimizer, source.state())
-    watch = AlarmWatch(cfg, run.metrics(), run.heldout_at_start())
-    steps = cfg.train.steps
+    try:
+        run.clear_stop()  # a stale stop request from an earlier process must not end this one
+        env = env_for(cfg)
+        progress = Progress(cfg, quiet)
+        for note in notes:
+            progress.note(note)
+        for note in run.set_aside_damaged_checkpoints() if resume else []:
+            progress.note(note)  # resume falls back to the newest intact checkpoint
+        source, start = _start_point(cfg, run, env, progress, resume, eval_base, warm_start)
+        watch = AlarmWatch(cfg, run.metrics(), run.heldout_at_start())
+        steps = cfg.train.steps
 
-    def on_step(result: StepResult) -> bool:
-        m = result.metrics
-        step = int(m["step"])
-        last = step == steps
-        if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or last:
-            summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
-            _record_eval(run, str(step), summary, episodes)
-            m.update(summary)
-        rows = [episode_row(e, step) for e in result.episodes if e.score is not None]
-        m.update(step_behaviour(rows, env.thought_required))  # what the episodes do: the drift alarm reads it
-        m.update(watch.check(m))
-        run.append_metrics(m)
-        run.append_episodes(rows[: cfg.train.episodes_per_step_logged])
-        alarm_stop = bool(m[ALARMS]) and cfg.watch.stop_on_alarm
-        asked = run.stop_requested()
-        if step % cfg.train.checkpoint_every == 0 or last or alarm_stop or asked:
-            run.save_checkpoint(step, source.model, source.optimizer, source.state())
-        progress.update(m)
-        if alarm_stop or asked:
-            why = "watch.stop_on_alarm is on" if alarm_stop else "stop requested"
-            progress.note(f"stopped at step {step}: {why}")
-            run.clear_stop()
-        return alarm_stop or asked
+        def on_step(result: StepResult) -> bool:
+            m = result.metrics
+            step = int(m["step"])
+            last = step == steps
+            if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or last:
+                summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
+                _record_eval(run, str(step), summary, episodes)
+                m.update(summary)
+            rows = [episode_row(e, step) for e in result.episodes if e.score is not None]
+            m.update(step_behaviour(rows, env.thought_required))  # what the episodes do: the drift alarm reads it
+            m.update(watch.check(m))
+            run.append_metrics(m)
+            run.append_episodes(rows[: cfg.train.episodes_per_step_logged])
+            alarm_stop = bool(m[ALARMS]) and cfg.watch.stop_on_alarm
+            asked = run.stop_requested()
+            if step % cfg.train.checkpoint_every == 0 or last or alarm_stop or asked:
+                run.save_checkpoint(step, source.model, source.optimizer, source.state())
+            progress.update(m)
+            if alarm_stop or asked:
+                why = "watch.stop_on_alarm is on" if alarm_stop else "stop requested"
+                progress.note(f"stopped at step {step}: {why}")
+                run.clear_stop()
+            return alarm_stop or asked
 
-    progress.start(steps, start)
-    source.run(start + 1, steps, on_step)
-    progress.stop()
-    progress.note(f"report: {render_report(run.path)}")
-    run.release()
-    return run
+        progress.start(steps, start)
+        source.run(start + 1, steps, on_step)
+        progress.stop()
+        progress.note(f"report: {render_report(run.path)}")
+        return run
+    finally:
+        run.release()  # the kernel would too when the process ends; a caller in this process goes on

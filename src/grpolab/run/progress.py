@@ -35,7 +35,7 @@ class Progress:
 
     def note(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(text, markup=False)
+            self.console.print(text, markup=False, soft_wrap=True)  # a path in it is never folded
 
     def start(self, total: int, done: int) -> None:
         if self.quiet or total <= done:

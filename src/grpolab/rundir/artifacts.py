@@ -1,21 +1,34 @@
 """The files of a run directory other than weights: the config, JSON artifacts, step rows, evaluations, STOP.
 
 Whole-file writes are atomic (`grpolab.files`); metric and episode rows are appended. Resume rewinds both to the
-last intact checkpoint's step, so no step is recorded twice or lost. Callers name files through the accessors
+last intact checkpoint's step, so no step is recorded twice or lost; the rows it cuts are kept beside the
+checkpoints (`rewind`), never deleted. Callers name files through the accessors
 here (`write_preflight`, `eval_rows`, ...), never by a file name.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpolab.errors import UserError
-from grpolab.files import append_jsonl, atomic_write_text, read_json, read_jsonl, write_jsonl
+from grpolab.files import (
+    append_jsonl,
+    atomic_write,
+    atomic_write_dir,
+    atomic_write_text,
+    read_json,
+    read_jsonl,
+    unused_name,
+    write_jsonl,
+)
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
+    CHECKPOINTS_DIR,
     CONFIG_FILE,
+    CUT_ROWS_PREFIX,
     EPISODES_FILE,
     EVAL_DIR,
     METRICS_FILE,
@@ -148,11 +161,38 @@ class Artifacts(RunPath):
     def episodes(self) -> list[dict[str, Any]]:
         return read_jsonl(self.episodes_path)
 
-    def rewind(self, step: int) -> None:
-        """Drop metric and episode rows after `step` (they are redone after a resume)."""
+    def rewind(self, step: int) -> list[str]:
+        """Cut the metric and episode rows after `step` (they are redone after a resume), keeping them: every line
+        cut (rows of later steps, and lines a kill cut short) goes verbatim to checkpoints/rows-after-step-N-T/
+        first. Returns a note naming that folder (none when nothing was cut)."""
+        kept: dict[Path, str] = {}
+        cut: dict[str, str] = {}
+        steps: set[int] = set()
+        broken = 0
         for path in (self.metrics_path, self.episodes_path):
-            if path.exists():
-                write_jsonl(path, [r for r in read_jsonl(path) if r.get("step", 0) <= step])
+            if not path.is_file():
+                continue
+            keep, drop = [], []
+            for line in _lines(path.read_text(errors="surrogateescape")):
+                row_step = 0 if not line.strip() else _row_step(line)
+                (keep if row_step is not None and row_step <= step else drop).append(line)
+                if row_step is None:
+                    broken += 1
+                elif row_step > step:
+                    steps.add(row_step)
+            if drop:
+                kept[path], cut[path.name] = "".join(keep), "".join(drop)
+        if not cut:
+            return []
+        folder = unused_name(self.path / CHECKPOINTS_DIR / f"{CUT_ROWS_PREFIX}{step}-{int(time.time())}")
+        atomic_write_dir(folder, lambda tmp: _write_files(tmp, cut))  # kept first: a kill between keeps both
+        for path, text in kept.items():
+            atomic_write(path, lambda tmp, text=text: tmp.write_bytes(text.encode(errors="surrogateescape")))
+        what = [f"rows of steps {min(steps)}-{max(steps)}"] if steps else []
+        what += [f"{broken} unreadable line(s)"] if broken else []
+        return [
+            f"{', '.join(cut)}: {' and '.join(what)} past step {step}, where the run goes on, cut and kept in {folder}"
+        ]
 
     # ---- evaluations ----
 
@@ -193,3 +233,26 @@ class Artifacts(RunPath):
 
     def clear_stop(self) -> None:
         self.stop_path.unlink(missing_ok=True)
+
+
+def _row_step(line: str) -> int | None:
+    """The step of a JSON Lines row (0 for a row without one, as episodes before GRPO), None for a broken line."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(row, dict):
+        return None
+    value = row.get("step", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of a JSON Lines file, each with its newline (the last may have none); only "\\n" ends a line."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _write_files(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).write_bytes(text.encode(errors="surrogateescape"))

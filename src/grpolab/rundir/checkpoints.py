@@ -1,7 +1,10 @@
 """Weights in a run directory: the SFT warm start and the GRPO checkpoints (torch files).
 
-Each checkpoint's manifest.json holds the size and sha256 of its files; loading skips a checkpoint that does not
-match and falls back to the previous one. Only the newest `KEEP_CHECKPOINTS` are kept.
+Each checkpoint's manifest.json holds the size and sha256 of its files, and so does sft/manifest.json for the warm
+start. Loading skips a checkpoint that does not match, or that torch's weights-only loader refuses, and falls back
+to the previous one; the trainer sets such a checkpoint aside (damaged-step-N-T) and says so. A damaged warm start
+is a UserError wherever it is loaded (the checkpoints were trained on top of it), and is set aside only where it is
+about to be redone. Only the newest `KEEP_CHECKPOINTS` checkpoints are kept.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.files import atomic_write, atomic_write_dir, atomic_write_text, read_json, sha256_file
+from grpolab.files import atomic_write, atomic_write_dir, atomic_write_text, read_json, sha256_file, unused_name
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
     CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
+    DAMAGED_PREFIX,
     MANIFEST_FILE,
+    SFT_DIR,
     WARM_START_FILE,
     WARM_START_SOURCE_FILE,
 )
@@ -40,19 +45,61 @@ class Checkpoints(RunPath):
         import torch
 
         trainable = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
+        (self.path / SFT_DIR / MANIFEST_FILE).unlink(missing_ok=True)  # a kill before the new one: no stale sum
         atomic_write(self.warm_start_path, lambda tmp: torch.save(trainable, tmp))
+        self._write_warm_start_manifest()
         return self.warm_start_path
 
+    def _write_warm_start_manifest(self) -> None:
+        path = self.warm_start_path
+        entry = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        atomic_write_text(self.path / SFT_DIR / MANIFEST_FILE, json.dumps({"files": {TRAINABLE_FILE: entry}}) + "\n")
+
+    def warm_start_problem(self) -> str | None:
+        """Why the SFT warm start cannot be trusted (checksum, size, missing), or None (also when there is none,
+        or when it predates sft/manifest.json: then loading it is the check)."""
+        return checkpoint_problem(self.path / SFT_DIR) if self._has_warm_start() else None
+
+    def _has_warm_start(self) -> bool:
+        return self.warm_start_path.is_file() or (self.path / SFT_DIR / MANIFEST_FILE).is_file()
+
     def warm_start(self) -> Path | None:
-        return self.warm_start_path if self.warm_start_path.is_file() else None
+        """The SFT warm start to build the policy on, None without one; a damaged or missing one (its manifest is
+        there) is a UserError naming it: a policy built without it, or on another, is not the one the run trained."""
+        if not self._has_warm_start():
+            return None
+        problem = self.warm_start_problem()
+        if problem is not None:
+            raise UserError(
+                f"the SFT warm start {self.warm_start_path} is damaged ({problem})",
+                "the run's checkpoints were trained on top of it: restore it from a copy, or train a new run",
+            )
+        return self.warm_start_path
+
+    def set_aside_damaged_warm_start(self) -> list[str]:
+        """Move a damaged SFT warm start to sft/damaged-trainable-T.pt (kept for inspection), for a run that is
+        about to redo it. Only the holder of the claim does this."""
+        problem = self.warm_start_problem()
+        if problem is None:
+            return []
+        (self.path / SFT_DIR / MANIFEST_FILE).unlink()
+        if not self.warm_start_path.is_file():
+            return [f"the SFT warm start {self.warm_start_path} is damaged ({problem}): redone now"]
+        aside = unused_name(self.warm_start_path.with_name(f"{DAMAGED_PREFIX}trainable-{int(time.time())}.pt"))
+        self.warm_start_path.rename(aside)
+        return [f"the SFT warm start {self.warm_start_path} is damaged ({problem}): kept as {aside}, redone now"]
 
     def adopt_warm_start(self, source: Checkpoints) -> None:
         """Start from another run's SFT warm start (experiments that vary only GRPO share one)."""
-        found = source.warm_start()
+        found = source.warm_start()  # a damaged one: a UserError naming it, before anything is copied
         if found is None:
             raise UserError(f"{source.path} has no SFT warm start", "pick a run trained with train.sft_steps > 0")
         self.warm_start_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(found, self.warm_start_path)
+        atomic_write(self.warm_start_path, lambda tmp: shutil.copyfile(found, tmp))
+        self._write_warm_start_manifest()
+        problem = self.warm_start_problem()
+        if problem is not None:  # changed while it was copied
+            raise UserError(f"the SFT warm start of {source.path} changed while it was copied ({problem})", "retry")
         text = json.dumps({"warm_start_from": str(source.path)}, indent=2, default=str) + "\n"
         atomic_write_text(self.path / WARM_START_SOURCE_FILE, text)
 
@@ -85,21 +132,27 @@ class Checkpoints(RunPath):
         return target
 
     def set_aside_damaged_checkpoints(self) -> list[str]:
-        """Move the damaged checkpoints newer than the newest intact one to checkpoints/damaged-step-N (kept for
+        """Move the damaged checkpoints newer than the newest intact one to checkpoints/damaged-step-N-T (kept for
         inspection, out of the way of resuming and of pruning). Only the holder of the claim does this."""
         notes = []
-        for step, path in reversed(self.checkpoints()):
+        for _, path in reversed(self.checkpoints()):
             problem = checkpoint_problem(path)
             if problem is None:
                 break
-            aside = path.with_name(f"damaged-{CHECKPOINT_PREFIX}{step}-{int(time.time())}")
-            path.rename(aside)
-            notes.append(f"checkpoint {path.name} is damaged ({problem}): skipped, kept as {aside.name}")
+            notes.append(f"checkpoint {path.name} is damaged ({problem}): skipped, kept as {self._set_aside(path)}")
         return notes
 
-    def load_checkpoint(self, model: Any, optimizer: Any | None, notes: list[str] | None = None) -> dict | None:
+    def _set_aside(self, path: Path) -> str:
+        aside = unused_name(path.with_name(f"{DAMAGED_PREFIX}{path.name}-{int(time.time())}"))
+        path.rename(aside)
+        return aside.name
+
+    def load_checkpoint(
+        self, model: Any, optimizer: Any | None, notes: list[str] | None = None, set_aside: bool = False
+    ) -> dict | None:
         """Load the newest intact checkpoint into `model` (and `optimizer`); its state dict, or None without one.
-        Damaged checkpoints are skipped (a line for each goes to `notes`)."""
+        Damaged checkpoints, and those torch's weights-only loader refuses, are skipped (a line for each goes to
+        `notes`); with `set_aside` (the claim's holder, resuming) they are also moved to damaged-step-N-T."""
         for _, path in reversed(self.checkpoints()):
             problem = checkpoint_problem(path)
             if problem is None:
@@ -107,17 +160,20 @@ class Checkpoints(RunPath):
                     return _load_checkpoint(path, model, optimizer)
                 except UserError:
                     raise
-                except Exception as exc:  # an unreadable file in a checkpoint without a manifest (older runs)
-                    problem = f"{type(exc).__name__}: {str(exc)[:120]}"
+                except Exception as exc:  # refused by the weights-only loader, or unreadable without a manifest
+                    problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+            line = f"checkpoint {path.name} cannot be loaded ({problem}): skipped"
+            if set_aside:
+                line += f", kept as {self._set_aside(path)}"
             if notes is not None:
-                notes.append(f"checkpoint {path.name} is damaged ({problem}): skipped")
+                notes.append(line)
         return None
 
 
 def _load_checkpoint(path: Path, model: Any, optimizer: Any | None) -> dict[str, Any]:
     import torch
 
-    trainable = torch.load(path / TRAINABLE_FILE, map_location="cpu")
+    trainable = torch.load(path / TRAINABLE_FILE, map_location="cpu", weights_only=True)
     missing = set(trainable) - {n for n, _ in model.named_parameters()}
     if missing:
         raise UserError(
@@ -127,7 +183,7 @@ def _load_checkpoint(path: Path, model: Any, optimizer: Any | None) -> dict[str,
     state = json.loads((path / STATE_FILE).read_text())
     model.load_state_dict(trainable, strict=False)
     if optimizer is not None and (path / OPTIMIZER_FILE).is_file():
-        optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location="cpu"))
+        optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=True))
     return state
 
 

@@ -6,8 +6,10 @@ runs/NAME/episodes.jsonl        sampled trajectories with per-component rewards 
 runs/NAME/eval/LABEL.jsonl      held-out episodes of one evaluation (base, 0, step numbers)
 runs/NAME/eval/summary.json     held-out metrics by evaluation label
 runs/NAME/preflight.json        probes (and learnability when `check --save` wrote it)
-runs/NAME/sft.json, sft/        SFT losses and the warm start's trainable weights
+runs/NAME/sft.json, sft/        SFT losses and the warm start's trainable weights (sft/manifest.json: checksum)
 runs/NAME/checkpoints/step-N/   trainable weights, optimizer, RNG state, step
+runs/NAME/checkpoints/damaged-step-N-T/     a checkpoint that failed its checksum or could not be loaded, set aside
+runs/NAME/checkpoints/rows-after-step-N-T/  metric and episode rows a resume cut (past its checkpoint N), kept
 runs/NAME/report.html           written by `grpolab.report`
 runs/NAME/STOP                  asks a running training to checkpoint and stop
 runs/NAME/grpolab.lock          flock-ed by the one process that trains into the run (never replaced)
@@ -28,6 +30,8 @@ WARM_START_FILE = f"{SFT_DIR}/trainable.pt"
 WARM_START_SOURCE_FILE = f"{SFT_DIR}/source.json"
 CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "step-"
+DAMAGED_PREFIX = "damaged-"
+CUT_ROWS_PREFIX = "rows-after-step-"
 REPORT_FILE = "report.html"
 STOP_FILE = "STOP"
 LOCK_FILE = "grpolab.lock"
