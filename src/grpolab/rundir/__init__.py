@@ -5,8 +5,10 @@ claim.json), `artifacts` (config, JSON artifacts, step rows, evaluations, STOP),
 and GRPO checkpoints, torch files with checksums) and `snapshot` (the one defensive, read-only view that the report
 and the web lab read a run through). `RunDir` is the writer's handle on all of them.
 
-A directory that is not empty and has neither grpolab.lock nor claim.json is not a grpolab run, and nothing is
-written into it; a run killed at any moment resumes from its newest intact checkpoint.
+A run is recognised by its markers together, never by one file name: grpolab.lock as the claim leaves it and
+claim.json naming a holder (a resume also takes config.json with checkpoints, as runs older than the claim have).
+A non-empty directory without them is not a grpolab run and nothing is written into it; a run killed at any
+moment resumes from its newest intact checkpoint, keeping whatever it sets aside or cuts.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ class RunDir(Claim, Artifacts, Checkpoints):
         run = cls(path)
         run._refuse_existing_run()
         run._make_dir()
-        entries = {p.name for p in run.path.iterdir()}
-        if entries and not entries & {LOCK_FILE, CLAIM_FILE}:
+        entries = {p.name for p in run.path.iterdir() if not p.name.startswith(f".{CLAIM_FILE}.")}  # temp files
+        fresh = not entries or (entries == {LOCK_FILE} and run.lock_file_is_ours())  # a claim killed at once
+        claiming = run.lock_file_is_ours(required=True) and run.in_use()  # another trainer, claiming it right now
+        if not (fresh or claiming or run.claimed_here()):
             shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
             raise UserError(
                 f"{run.path} is not empty and is not a grpolab run (it holds {shown})",
@@ -69,6 +73,12 @@ class RunDir(Claim, Artifacts, Checkpoints):
         run = cls(path)
         if not run.is_run():
             raise UserError(f"{run.path} is not a grpolab run directory (no config.json)", "pass a run dir to --resume")
+        if not (run.claimed_here() or (run.checkpoints() and run.lock_file_is_ours())):
+            raise UserError(
+                f"{run.path} is not a grpolab run directory (config.json, but no {LOCK_FILE} + {CLAIM_FILE} "
+                "from a grpolab training nor any checkpoint)",
+                "pass a run directory that `grpolab train --out` made to --resume",
+            )
         run.claim()
         return run
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,25 @@ class Claim(RunPath):
         if fd is not None:
             os.close(fd)
 
+    def claimed_here(self) -> bool:
+        """Whether grpolab claimed this folder: grpolab.lock as `claim` leaves it (empty, or naming its holder) and
+        claim.json naming a holder (pid, host, since, command). A file of either name alone is not enough."""
+        return self.lock_file_is_ours(required=True) and _is_claim(read_json(self.path / CLAIM_FILE))
+
+    def lock_file_is_ours(self, required: bool = False) -> bool:
+        """Whether grpolab.lock is one `claim` made: a small regular file, empty or naming a holder (or missing,
+        unless `required`). Anything else under that name is the user's and is never locked or truncated."""
+        path = self.lock_path
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            return not required
+        except OSError:
+            return False
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CLAIM_BYTES:
+            return False
+        return info.st_size == 0 or _is_claim(read_json(path))
+
     def in_use(self) -> bool:
         """Whether a process (this one included) holds the claim: a training is running into this directory."""
         return self.path.resolve() in _HELD or is_locked(self.lock_path)
@@ -94,6 +114,17 @@ class Claim(RunPath):
             if time.monotonic() >= deadline:
                 return "another process"
             time.sleep(0.05)
+
+
+_MAX_CLAIM_BYTES = 4096
+"""A claim is one JSON object of under 1 KiB (its command is cut at 300 characters)."""
+
+
+def _is_claim(info: Any) -> bool:
+    """Whether JSON data is a claim as `claim` writes it."""
+    return (
+        isinstance(info, dict) and {"pid", "host", "since", "command"} <= info.keys() and isinstance(info["pid"], int)
+    )
 
 
 def _alive(pid: Any) -> bool:
