@@ -66,6 +66,37 @@ def test_ragged_decoding_matches_the_full_forward(tiny, finance):
     assert max(errors) < 1e-5 and len(errors) > 90
 
 
+def test_fused_rollout_weights_give_the_policy_and_the_reference(finance):
+    """LoRA merged into fused q/k/v and gate/up matrices: the decoder's next-token log-probs equal the peft model's
+    with adapters on (the policy) and, built under disable_adapter(), with them off (the reference)."""
+    cfg = load_config(None, TINY)
+    model, tok, _ = build_policy(cfg)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # peft starts B at zero: give the adapters something to merge
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    prompt, completion, _ = reference_tokens(tok, finance, finance.task("pct_change-ACME-Q3"))
+    seq = torch.tensor([prompt + completion])
+
+    def decoded(dec: FastDecoder) -> torch.Tensor:
+        kv = dec.new_cache(1)
+        return torch.log_softmax(dec.logits(dec.feed(kv, seq, torch.tensor([seq.shape[1]]))), -1)[0]
+
+    with torch.no_grad():
+        policy = torch.log_softmax(model(input_ids=seq).logits[0, -1].float(), -1)
+        with model.disable_adapter():
+            reference = torch.log_softmax(model(input_ids=seq).logits[0, -1].float(), -1)
+            fused_reference = FastDecoder(model)
+        fused_policy = FastDecoder(model)
+        unfused = FastDecoder(model, fused=False)
+    assert fused_policy.fused is not None and unfused.fused is None
+    assert float((policy - reference).abs().max()) > 1e-2  # the adapters matter here
+    assert float((decoded(fused_policy) - policy).abs().max()) < 1e-4
+    assert float((decoded(unfused) - policy).abs().max()) < 1e-4
+    assert float((decoded(fused_reference) - reference).abs().max()) < 1e-4
+
+
 def test_batched_rollout_equals_one_episode_at_a_time(tiny, finance):
     cfg, model, tok = tiny
     tasks = [finance.task("pct_change-ACME-Q3"), finance.task("eps_surprise-ACME-Q2")]  # prompts of two lengths
