@@ -9,7 +9,12 @@ from grpolab.config import load_config
 from grpolab.engine import rollout
 from grpolab.engine.decoder import FastDecoder, supports
 from grpolab.engine.grpo import sampler_mismatch, truncated_is_weights
-from grpolab.engine.logprobs import group_token_stats, linear_logprobs, make_batch, token_logprobs
+from grpolab.engine.logprobs import (
+    group_token_stats,
+    linear_logprobs,
+    make_batch,
+    token_logprobs,
+)
 from grpolab.engine.policy import build_policy
 from grpolab.engine.sft import reference_tokens
 from grpolab.engine.trainer import GRPOTrainer
@@ -66,6 +71,37 @@ def test_ragged_decoding_matches_the_full_forward(tiny, finance):
     assert max(errors) < 1e-5 and len(errors) > 90
 
 
+def test_fused_rollout_weights_give_the_policy_and_the_reference(finance):
+    """LoRA merged into fused q/k/v and gate/up matrices: the decoder's next-token log-probs equal the peft model's
+    with adapters on (the policy) and, built under disable_adapter(), with them off (the reference)."""
+    cfg = load_config(None, TINY)
+    model, tok, _ = build_policy(cfg)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # peft starts B at zero: give the adapters something to merge
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    prompt, completion, _ = reference_tokens(tok, finance, finance.task("pct_change-ACME-Q3"))
+    seq = torch.tensor([prompt + completion])
+
+    def decoded(dec: FastDecoder) -> torch.Tensor:
+        kv = dec.new_cache(1)
+        return torch.log_softmax(dec.logits(dec.feed(kv, seq, torch.tensor([seq.shape[1]]))), -1)[0]
+
+    with torch.no_grad():
+        policy = torch.log_softmax(model(input_ids=seq).logits[0, -1].float(), -1)
+        with model.disable_adapter():
+            reference = torch.log_softmax(model(input_ids=seq).logits[0, -1].float(), -1)
+            fused_reference = FastDecoder(model)
+        fused_policy = FastDecoder(model)
+        unfused = FastDecoder(model, fused=False)
+    assert fused_policy.fused is not None and unfused.fused is None
+    assert float((policy - reference).abs().max()) > 1e-2  # the adapters matter here
+    assert float((decoded(fused_policy) - policy).abs().max()) < 1e-4
+    assert float((decoded(unfused) - policy).abs().max()) < 1e-4
+    assert float((decoded(fused_reference) - reference).abs().max()) < 1e-4
+
+
 def test_batched_rollout_equals_one_episode_at_a_time(tiny, finance):
     cfg, model, tok = tiny
     tasks = [finance.task("pct_change-ACME-Q3"), finance.task("eps_surprise-ACME-Q2")]  # prompts of two lengths
@@ -80,18 +116,19 @@ def test_batched_rollout_equals_one_episode_at_a_time(tiny, finance):
         assert max(abs(a - b) for a, b in zip(alone.logprobs, e.logprobs)) < 1e-5
 
 
-def test_chunked_logprobs_and_gradients_equal_the_full_computation():
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_chunked_logprobs_and_gradients_equal_the_full_computation(temperature):
     torch.manual_seed(0)
     N, H, V = 600, 16, 1000  # more tokens than one chunk
     hidden = torch.randn(N, H, requires_grad=True)
     weight = torch.randn(V, H, requires_grad=True)
     targets = torch.randint(0, V, (N,))
     upstream = torch.randn(N)
-    logp, entropy = linear_logprobs(hidden, weight, targets, temperature=0.7)
+    logp, entropy = linear_logprobs(hidden, weight, targets, temperature=temperature)
     (logp * upstream).sum().backward()
     got = (hidden.grad.clone(), weight.grad.clone())
     hidden.grad, weight.grad = None, None
-    full = torch.log_softmax(hidden @ weight.T / 0.7, -1)
+    full = torch.log_softmax(hidden @ weight.T / temperature, -1)
     ref = full.gather(-1, targets[:, None]).squeeze(-1)
     (ref * upstream).sum().backward()
     assert torch.allclose(logp, ref, atol=1e-5)
@@ -99,6 +136,8 @@ def test_chunked_logprobs_and_gradients_equal_the_full_computation():
     assert torch.allclose(got[0], hidden.grad, atol=1e-5) and torch.allclose(got[1], weight.grad, atol=1e-5)
     uniform, _ = linear_logprobs(torch.zeros(1, H), torch.randn(V, H), torch.tensor([3]))
     assert uniform.item() == pytest.approx(-math.log(V))
+    same, none = linear_logprobs(hidden, weight, targets, temperature, with_entropy=False)
+    assert torch.equal(same, logp) and torch.all(none == 0)
 
 
 def test_shared_prefix_stats_match_the_plain_forward(tiny, finance):

@@ -47,6 +47,18 @@ def test_search_finds_the_seed_example(finance):
     assert finance.financial_search("")["status"] == 404
 
 
+def test_search_answers_only_for_a_company_the_query_names(finance):
+    """A query that names no known company gets a 404, not the best-ranked page of some other company (every page
+    shares words like 'Q3' and 'revenue'); two companies at once are ambiguous; a company's first name works."""
+    unknown = finance.financial_search("ZZZZ Q3 revenue stock price")
+    assert unknown["status"] == 404 and "ticker" in unknown["result"]
+    falc = finance.report("FALC", 3)
+    assert finance.financial_search("Falcon Q3") == {"status": 200, "result": falc.text}
+    assert finance.financial_search("FALC Falcon Q3")["result"] == falc.text
+    both = finance.financial_search("ACME FALC Q3")
+    assert both["status"] == 300 and "ACME" in both["result"] and "FALC" in both["result"]
+
+
 def test_arithmetic_splits_are_disjoint(arithmetic):
     train = {t.meta["expression"] for t in arithmetic.tasks("train")}
     heldout = {t.meta["expression"] for t in arithmetic.tasks("heldout")}

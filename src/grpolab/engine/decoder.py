@@ -12,10 +12,12 @@ Departure from `model.forward` + transformers' DynamicCache, measured on this CP
 - Only the hidden state of each row's last fed token reaches the LM head: a chunk never materialises (n, vocab)
   logits.
 
-The layers themselves are the model's modules (norms, projections, MLP), so LoRA adapters (peft) apply exactly as
-in training, and `disable_adapter()` gives the reference. Supported: llama, mistral, qwen2, qwen3 (q/k norms) and
-smollm3 (layers without RoPE); `supports(model)` says whether a model can use it, else the rollout falls back to
-decoding one episode at a time through `model.forward`.
+The layers are the model's own: norms and rotary embedding are its modules; the projections are its effective
+weights fused per layer (`grpolab.engine.fused`: LoRA merged, q/k/v as one matmul, gate/up as one), taken when the
+decoder is built, so `disable_adapter()` around the build gives the reference. A model whose projections cannot be
+fused (the int8 rollout copy) runs them through its modules, adapters applied unmerged as in training. Supported:
+llama, mistral, qwen2, qwen3 (q/k norms) and smollm3 (layers without RoPE); `supports(model)` says whether a model
+can use it, else the rollout falls back to decoding one episode at a time through `model.forward`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from grpolab.engine.fused import FusedLayer, fuse_layers
 
 SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "smollm3"}
 
@@ -102,9 +106,11 @@ class _Chunk:
 
 
 class FastDecoder:
-    """Feeds token chunks to ragged rows of a `RaggedKV` through the model's own layers."""
+    """Feeds token chunks to ragged rows of a `RaggedKV` through the model's own layers.
 
-    def __init__(self, model: Any):
+    The weights are read when the decoder is built (`fused`): build one per rollout, after the update."""
+
+    def __init__(self, model: Any, fused: bool = True):
         self.model = model
         lm = base_model(model)
         self.lm, self.inner, self.cfg = lm, lm.model, lm.config
@@ -115,6 +121,7 @@ class FastDecoder:
         self.scaling = self.head_dim**-0.5
         no_rope = getattr(self.cfg, "no_rope_layers", None)  # smollm3: 1 = this layer uses RoPE
         self.rope = [bool(no_rope[i]) if no_rope else True for i in range(len(self.inner.layers))]
+        self.fused: list[FusedLayer] | None = fuse_layers(self.inner.layers) if fused else None
 
     @property
     def param(self) -> Tensor:
@@ -144,8 +151,14 @@ class FastDecoder:
         cos, sin = self.inner.rotary_emb(x, chunk.cols)
         for i, layer in enumerate(self.inner.layers):
             h = layer.input_layernorm(x)
-            x = x + self._attention(layer.self_attn, i, h, kv, chunk, cos, sin)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            w = self.fused[i] if self.fused is not None else None
+            x = x + self._attention(layer.self_attn, i, h, kv, chunk, cos, sin, w)
+            h = layer.post_attention_layernorm(x)
+            if w is None:
+                x = x + layer.mlp(h)
+            else:
+                gate, up = F.linear(h, w.gate_up).chunk(2, dim=-1)
+                x = x + F.linear(layer.mlp.act_fn(gate) * up, w.down)
         last = x[torch.arange(R, device=x.device), n_valid - 1]  # (R, hidden)
         if rows is None:
             kv.lengths += n_valid
@@ -157,11 +170,25 @@ class FastDecoder:
         """(R, hidden) -> (R, vocab) in fp32."""
         return self.lm.lm_head(hidden).float()
 
-    def _attention(self, attn: Any, layer: int, h: Tensor, kv: RaggedKV, chunk: _Chunk, cos: Tensor, sin: Tensor):
+    def _attention(
+        self,
+        attn: Any,
+        layer: int,
+        h: Tensor,
+        kv: RaggedKV,
+        chunk: _Chunk,
+        cos: Tensor,
+        sin: Tensor,
+        w: FusedLayer | None,
+    ) -> Tensor:
         R, n, _ = h.shape
-        q = attn.q_proj(h).view(R, n, self.heads, self.head_dim)
-        k = attn.k_proj(h).view(R, n, self.kv_heads, self.head_dim)
-        v = attn.v_proj(h).view(R, n, self.kv_heads, self.head_dim)
+        if w is None:
+            q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+        else:
+            q, k, v = F.linear(h, w.qkv, w.qkv_bias).split(w.splits, dim=-1)
+        q = q.reshape(R, n, self.heads, self.head_dim)
+        k = k.reshape(R, n, self.kv_heads, self.head_dim)
+        v = v.reshape(R, n, self.kv_heads, self.head_dim)
         if hasattr(attn, "q_norm"):  # qwen3
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (R, heads, n, d)
@@ -179,7 +206,7 @@ class FastDecoder:
         qf = q.reshape(R, self.kv_heads, self.groups * n, self.head_dim)
         out = F.scaled_dot_product_attention(qf, K, V, attn_mask=chunk.mask, scale=self.scaling)
         out = out.view(R, self.heads, n, self.head_dim).transpose(1, 2).reshape(R, n, -1)
-        return attn.o_proj(out)
+        return attn.o_proj(out) if w is None else F.linear(out, w.o, w.o_bias)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

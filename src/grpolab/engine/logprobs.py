@@ -33,17 +33,20 @@ class LinearLogProbs(torch.autograd.Function):
     """log softmax(hidden @ weight.T / temperature)[target] per row, and the entropy (not differentiated)."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, with_entropy: bool = True
+    ) -> tuple[Tensor, Tensor]:
         logp = hidden.new_empty(len(targets), dtype=torch.float32)
-        entropy = torch.empty_like(logp)
+        entropy = torch.zeros_like(logp)
         lse = torch.empty_like(logp)
         for s in range(0, len(targets), CHUNK_TOKENS):
             e = s + CHUNK_TOKENS
-            logits = (hidden[s:e] @ weight.T).float() / temperature  # (c, V)
+            logits = _chunk_logits(hidden[s:e], weight, temperature)  # (c, V)
             lse[s:e] = torch.logsumexp(logits, dim=-1)
             logp[s:e] = logits.gather(-1, targets[s:e, None]).squeeze(-1) - lse[s:e]
-            probs = torch.exp(logits - lse[s:e, None])
-            entropy[s:e] = lse[s:e] - (probs * logits).sum(-1)
+            if with_entropy:  # H = lse - sum p * logits, without a second (c, V) buffer
+                probs = torch.exp(logits - lse[s:e, None])
+                entropy[s:e] = lse[s:e] - probs.mul_(logits).sum(-1)
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature = temperature
         ctx.mark_non_differentiable(entropy)
@@ -58,21 +61,32 @@ class LinearLogProbs(torch.autograd.Function):
         rows = torch.arange(min(CHUNK_TOKENS, len(targets)), device=hidden.device)
         for s in range(0, len(targets), CHUNK_TOKENS):
             e = s + CHUNK_TOKENS
-            logits = (hidden[s:e] @ weight.T).float() / T  # recomputed, not stored
-            g = torch.exp(logits - lse[s:e, None]).mul_(-grad_logp[s:e, None])  # d logp / d logits = onehot - p
+            # d logp / d logits = onehot - p, with p recomputed in place in the logits' own buffer (not stored)
+            g = _chunk_logits(hidden[s:e], weight, T).sub_(lse[s:e, None]).exp_().mul_(-grad_logp[s:e, None])
             n = len(g)
             g[rows[:n], targets[s:e]] += grad_logp[s:e]
-            g = (g / T).to(hidden.dtype)
+            if T != 1.0:
+                g.div_(T)
+            g = g.to(hidden.dtype)
             if grad_hidden is not None:
                 grad_hidden[s:e] = g @ weight
             if grad_weight is not None:
                 grad_weight += g.T @ hidden[s:e]
-        return grad_hidden, grad_weight, None, None
+        return grad_hidden, grad_weight, None, None, None
 
 
-def linear_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
-    """(N, H) hidden states, (V, H) head, (N,) targets -> log-probs (N,) with gradients, entropy (N,) without."""
-    return LinearLogProbs.apply(hidden, weight, targets, temperature)
+def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
+    """(c, V) fp32 logits of a chunk at the temperature (divided in place: no second buffer)."""
+    logits = (hidden @ weight.T).float()
+    return logits if temperature == 1.0 else logits.div_(temperature)
+
+
+def linear_logprobs(
+    hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float = 1.0, with_entropy: bool = True
+) -> tuple[Tensor, Tensor]:
+    """(N, H) hidden states, (V, H) head, (N,) targets -> log-probs (N,) with gradients, entropy (N,) without
+    (zeros when `with_entropy` is off)."""
+    return LinearLogProbs.apply(hidden, weight, targets, temperature, with_entropy)
 
 
 @dataclass
@@ -129,7 +143,7 @@ def group_token_stats(
     first = out.last_hidden_state[:, -1:, :].expand(G, 1, -1)  # (G, 1, H)
     hidden = torch.cat([first, out2.last_hidden_state[:, :-1, :]], dim=1)  # (G, K, H)
     where = mask.bool()
-    logp_flat, entropy_flat = linear_logprobs(hidden[where], _head(model), ids[where], temperature)
+    logp_flat, entropy_flat = linear_logprobs(hidden[where], _head(model), ids[where], temperature, with_entropy)
     logp = torch.zeros((G, K), dtype=logp_flat.dtype, device=device).index_put((where,), logp_flat)
     entropy = torch.zeros((G, K), dtype=entropy_flat.dtype, device=device)
     if with_entropy:

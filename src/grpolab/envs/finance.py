@@ -152,6 +152,10 @@ class FinanceEnv(Environment):
     def __init__(self, task_kinds: list[str] | None = None):
         self.corpus = build_corpus()
         self._bm25 = BM25Okapi([_tokens(r.text) for r in self.corpus])
+        self._company_words = {
+            w: r.ticker for r in self.corpus for w in (r.ticker.lower(), r.company.split()[0].lower())
+        }
+        """Words that name a company (its ticker, its first name) -> its ticker; the search answers only those."""
         self.toolbox = ToolBox([Tool(self.financial_search), Tool(calculator)])
         self.task_kinds = task_kinds or ["pct_change", "revenue_growth", "eps_surprise"]
         acme = self.report("ACME", 3)
@@ -160,17 +164,20 @@ class FinanceEnv(Environment):
         ).replace("ACME's stock", "ACME stock")
 
     def financial_search(self, query: str) -> dict[str, Any]:
-        """Search the quarterly-report database and return the best-matching report.
+        """Search the quarterly-report database and return the best-matching report of the company the query names.
 
         Args:
             query: Keywords such as a ticker and a quarter, e.g. "ACME Q3".
         """
         tokens = _tokens(query)[:50]
-        scores = self._bm25.get_scores(tokens) if tokens else []
-        best = max(range(len(self.corpus)), key=lambda i: scores[i]) if len(scores) else None
-        if best is None or scores[best] <= 0:
-            return {"status": 404, "result": "no matching report"}
-        return {"status": 200, "result": self.corpus[best].text}
+        named = sorted({self._company_words[t] for t in tokens if t in self._company_words})
+        if not named:  # ranking every page by shared words would hand back another company's numbers
+            return {"status": 404, "result": "no report: name a company by its ticker, e.g. ACME Q3"}
+        if len(named) > 1:
+            return {"status": 300, "result": f"ambiguous: the query names {', '.join(named)}; search one at a time"}
+        scores = self._bm25.get_scores(tokens)
+        pages = [i for i, r in enumerate(self.corpus) if r.ticker == named[0]]
+        return {"status": 200, "result": self.corpus[max(pages, key=lambda i: scores[i])].text}
 
     def report(self, ticker: str, quarter: int) -> QuarterReport:
         return next(r for r in self.corpus if r.ticker == ticker and r.quarter == quarter)
