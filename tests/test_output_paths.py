@@ -212,3 +212,15 @@ def test_fuzz_output_targets_exit_0_or_2_and_replace_nothing(tmp_path, kind, sta
         assert "GRPOTrainer" in Path(os.path.realpath(target)).read_text() or kind == "link-null"
     if kind in ("dir", "link-dir", "missing-parent", "file-parent", "socket", "loop", "link-missing-folder"):
         assert code == 2, kind
+
+
+def test_the_labs_own_runs_folder_is_made_one_level_and_nothing_else(tmp_path, monkeypatch):
+    """`--out runs/NAME` (the README's form) works in a fresh clone; any other missing folder is the user's to make."""
+    from grpolab.cli.train import _runs_folder
+
+    monkeypatch.chdir(tmp_path)
+    _runs_folder(Path("runs/first"))
+    assert (tmp_path / "runs").is_dir() and not (tmp_path / "runs" / "first").exists()
+    _runs_folder(Path("other/first"))
+    _runs_folder(Path("deep/runs/first"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]

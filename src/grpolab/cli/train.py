@@ -35,6 +35,15 @@ BackendOpt = field_option("--backend", "train.backend", str)
 
 
 DEMO_OUT = Path("runs/demo")
+RUNS = "runs"
+"""The lab's own folder of run directories (README: `--out runs/NAME`): made when missing, one level, in the working
+directory; any other missing folder above a run directory exits 2 (never made from the root down)."""
+
+
+def _runs_folder(out: Path) -> None:
+    if out.parent == Path(RUNS):
+        with suppress(OSError):  # where that fails, creating the run says why
+            out.parent.mkdir(exist_ok=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -73,6 +82,7 @@ def train(
         return
     if out is None:
         raise UserError("train needs --out DIR (or --resume DIR)", "for example --out runs/first")
+    _runs_folder(out)
     output_folder(out, "--out")
     overrides = {"train__steps": steps, "train__sft_steps": sft_steps, "train__backend": backend}
     cfg = resolve_config(config, env, model, seed, weights, **overrides)
@@ -141,10 +151,8 @@ def demo(
     from grpolab.run.loop import train as run_training
     from grpolab.rundir import RunDir
 
-    if out is None:
-        out = DEMO_OUT
-        with suppress(OSError):  # the demo's own default: runs/ here (where that fails, creating the run says why)
-            out.parent.mkdir(exist_ok=True)
+    out = out or DEMO_OUT
+    _runs_folder(out)
     output_folder(out, "--out")
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
     if RunDir(out).has_steps():
