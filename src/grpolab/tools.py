@@ -16,6 +16,7 @@ to Python state stay in the child: a stateful tool passes `isolate=False`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -30,6 +31,7 @@ from typing import Any
 import jsonschema
 from transformers.utils import get_json_schema
 
+from grpolab import seccomp
 from grpolab.calculator import CalculatorError, calculate
 from grpolab.files import MAX_NESTING
 
@@ -37,6 +39,8 @@ MAX_OUTPUT_CHARS = 2000
 DEFAULT_TIMEOUT_S = 5.0
 MAX_CHILD_BYTES = 1 << 20
 """A response from a child process larger than this is an error (it would be truncated to 2000 characters anyway)."""
+_LENGTH_BYTES = 8
+"""The child's answer is preceded by its length."""
 
 # One shared worker pool: a timed-out call cannot be killed (Python threads can't be), so it keeps its worker
 # until it returns; built-in tools bound their own work (see calculator limits) so that stays rare and short.
@@ -99,8 +103,17 @@ class Tool:
         return cap_output(value if isinstance(value, dict) else {"result": value})
 
 
+@functools.cache
+def _group_filter() -> seccomp.Filter | None:
+    """The seccomp filter that keeps a call's processes in its group (no setsid, no setpgid), made once here so
+    that the forked child only loads it; None where this architecture has none."""
+    return seccomp.Filter(seccomp.group_program()) if seccomp.supported() else None
+
+
 def _run_in_child(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: float, name: str) -> dict[str, Any]:
-    """Call `fn` in a forked child; its JSON answer comes back on a pipe; past `timeout_s` the child's group dies."""
+    """Call `fn` in a forked child; its JSON answer comes back on a pipe; when it is done (or past `timeout_s`) the
+    child's process group dies, and with it everything the call started: none of it may leave the group."""
+    leash = _group_filter()
     try:
         read_end, write_end = os.pipe()
         pid = os.fork()
@@ -110,7 +123,13 @@ def _run_in_child(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: 
         try:
             os.close(read_end)
             os.setpgid(0, 0)
-            _write_all(write_end, _child_answer(fn, arguments))
+            if leash is not None:
+                try:
+                    leash.install()
+                except OSError:  # a kernel without seccomp: the call runs, only what stays in its group dies
+                    pass
+            answer = _child_answer(fn, arguments)
+            _write_all(write_end, len(answer).to_bytes(_LENGTH_BYTES, "big") + answer)
         finally:
             os._exit(0)
     os.close(write_end)
@@ -121,7 +140,8 @@ def _run_in_child(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: 
     deadline = time.monotonic() + timeout_s
     data, timed_out = b"", False
     try:
-        while len(data) <= MAX_CHILD_BYTES:
+        # until the answer is complete, by its length: a process the call started may hold the pipe open
+        while not _complete(data):
             left = deadline - time.monotonic()
             if left <= 0 or not _readable(read_end, left):
                 timed_out = True
@@ -143,6 +163,9 @@ def _run_in_child(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: 
             pass
     if timed_out:
         return {"error": f"{name} timed out after {timeout_s:g}s"}
+    if not _complete(data):
+        return {"error": f"{name} ended without an answer"}
+    data = data[_LENGTH_BYTES : _LENGTH_BYTES + int.from_bytes(data[:_LENGTH_BYTES], "big")]
     if len(data) > MAX_CHILD_BYTES:
         return {
             "error": f"output truncated to {MAX_OUTPUT_CHARS} characters",
@@ -153,6 +176,13 @@ def _run_in_child(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: 
     except ValueError:
         return {"error": f"{name} ended without an answer"}
     return answer if isinstance(answer, dict) else {"error": f"{name} ended without an answer"}
+
+
+def _complete(data: bytes) -> bool:
+    """Whether `data` holds the child's whole answer, or enough of a too large one to refuse it."""
+    if len(data) < _LENGTH_BYTES:
+        return False
+    return len(data) - _LENGTH_BYTES >= min(int.from_bytes(data[:_LENGTH_BYTES], "big"), MAX_CHILD_BYTES + 1)
 
 
 def _readable(fd: int, timeout_s: float) -> bool:
