@@ -167,12 +167,16 @@ ADVERSARIAL = {
 
 
 def _cpu_seconds(expression: str) -> float:
-    start = time.process_time()
-    try:
-        calculate(expression)
-    except CalculatorError:
-        pass
-    return time.process_time() - start
+    """The least of three measurements: a garbage collection of the whole test process can land in any one."""
+    best = math.inf
+    for _ in range(3):
+        start = time.process_time()
+        try:
+            calculate(expression)
+        except CalculatorError:
+            pass
+        best = min(best, time.process_time() - start)
+    return best
 
 
 def test_the_reviewers_300_character_expression_is_cheap():

@@ -1,5 +1,6 @@
 import os
 import re
+import threading
 import time
 
 import pytest
@@ -161,6 +162,47 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_an_in_process_call_that_times_out_stops_burning_cpu():
+    """Before: the pool thread of a timed-out pure-Python tool spun on for its full 30 s (a thread cannot be killed,
+    but an exception raised into it stops Python code at its next instruction)."""
+    ended, raised = threading.Event(), []
+
+    def spins(seconds: float) -> dict:
+        """Busy in pure Python for `seconds`.
+
+        Args:
+            seconds: How long.
+        """
+        until = time.monotonic() + seconds
+        try:
+            while time.monotonic() < until:
+                pass
+        except BaseException as exc:
+            raised.append(type(exc).__name__)
+            raise
+        finally:
+            ended.set()
+        return {}
+
+    response = Tool(spins, timeout_s=0.2, isolate=False).run({"seconds": 30.0})
+    assert "timed out after 0.2s" in response["error"]
+    assert ended.wait(10), "the timed-out call is still running"  # a backstop only: it would spin for 30 s
+    assert raised == ["ToolTimeout"]
+    assert Tool(spins, isolate=False).run({"seconds": 0.0}) == {}
+
+
+def test_a_call_raising_base_exception_is_a_response_not_a_crash():
+    def exits(code: int) -> dict:
+        """Exits.
+
+        Args:
+            code: Exit code.
+        """
+        raise SystemExit(code)
+
+    assert Tool(exits, isolate=False).run({"code": 3}) == {"error": "SystemExit: 3"}
 
 
 def test_child_process_answers_like_in_process():
