@@ -1,11 +1,13 @@
 import math
 import sys
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpolab.calculator import CalculatorError, calculate, percent_signs
+import grpolab.calculator as calculator_module
+from grpolab.calculator import MAX_EXPRESSION_CHARS, CalculatorError, calculate, percent_signs
 from grpolab.tools import calculator
 
 
@@ -139,3 +141,69 @@ def test_percent_rewrite_is_visible():
     assert percent_signs("50%**2") == "(50/100)**2"
     assert percent_signs("7 % -3") == "7 % -3"
     assert percent_signs("(a + b)% - 1") == "((a + b)/100) - 1"
+
+
+# ---- cost: every expression is cheap, whatever its shape ---------------------------------------------------------
+
+MAX_CPU_S = 0.05
+"""The bound the calculator must keep for any expression of up to 1 KiB (CPU time, so a loaded machine passes)."""
+ADVERSARIAL = {
+    "reviewer": "1" * 224 + "x" + "%" * 75,  # a digit-run regex searched once per `%`: 9-12 s of CPU
+    "digits_then_percents": "1" * 500 + "%" * 524,
+    "digits_spaces_percents": "1" * 400 + " " * 300 + "% " * 162,
+    "percent_per_digit": "1%" * 512,
+    "numbers_and_percents": "12.5e3 %%" * 113,
+    "deep_parens": "(" * 510 + "1" + ")%" * 256,
+    "deep_parens_then_percents": "(" * 300 + "1" + ")" * 300 + "%" * 423,
+    "unbalanced_closes": "1" + ")%" * 511,
+    "operator_run": "1" + "+-" * 510 + "1",
+    "power_tower": "9" + "**9" * 340,
+    "huge_exponent": "9**" + "9" * 1021,
+    "huge_power_of_groups": "(" * 100 + "2" + ")**64" * 100,
+    "thousands_separators": "1" + ",000" * 255,
+    "calls": "sqrt(" * 140 + "1" + ")%" * 140,
+    "names_then_percents": "sqrt" * 200 + "%" * 224,
+}
+
+
+def _cpu_seconds(expression: str) -> float:
+    """The least of three measurements: a garbage collection of the whole test process can land in any one."""
+    best = math.inf
+    for _ in range(3):
+        start = time.process_time()
+        try:
+            calculate(expression)
+        except CalculatorError:
+            pass
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def test_the_reviewers_300_character_expression_is_cheap():
+    """Before: 9 to 12 s of CPU (the tool answered "timed out" while its thread kept burning)."""
+    expression = ADVERSARIAL["reviewer"]
+    assert len(expression) == MAX_EXPRESSION_CHARS
+    assert _cpu_seconds(expression) < MAX_CPU_S
+
+
+@pytest.mark.parametrize("family", sorted(ADVERSARIAL))
+def test_adversarial_families_of_1_kib_are_cheap(family, monkeypatch):
+    """With the length limit lifted to 1 KiB, so that the cost of every step after it is measured."""
+    monkeypatch.setattr(calculator_module, "MAX_EXPRESSION_CHARS", 1024)
+    expression = ADVERSARIAL[family]
+    assert len(expression) <= 1024
+    assert _cpu_seconds(expression) < MAX_CPU_S, family
+
+
+_PIECES = st.sampled_from(
+    ["1", "9" * 40, ".5", "1e9", "%", "%%", " ", "(", ")", "+", "-", "*", "**", "/", "//", ",", "x", "sqrt(", "$", "^"]
+)
+
+
+@given(st.lists(_PIECES, max_size=400))
+@settings(max_examples=300, deadline=None)
+def test_no_expression_of_1_kib_costs_more_than_50_ms(pieces):
+    expression = "".join(pieces)[:1024]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(calculator_module, "MAX_EXPRESSION_CHARS", 1024)
+        assert _cpu_seconds(expression) < MAX_CPU_S, expression

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from grpolab import seccomp
 from grpolab.config import load_config
 from grpolab.envs import get_env
-from grpolab.envs.code import seccomp, wire
+from grpolab.envs.code import wire
 from grpolab.envs.code.probes import FORGERIES
 from grpolab.envs.code.sandbox import MARK, Limits, isolation, run_tests
 from grpolab.envs.code.tasks import split_check
@@ -453,22 +454,64 @@ def test_isolation_report_is_truthful(listener, tmp_path):
     assert r.passed == 1 and not r.isolation.strong and "seccomp" in r.isolation.missing, r
 
 
+SYSV = (
+    "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "def _sysv(call, *args):\n    if call(*args) == -1 and ctypes.get_errno() == 1:\n        raise PermissionError\n"
+)
+
+
 @pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this architecture")
-def test_seccomp_filter_refuses_processes_and_sockets_but_not_threads():
+def test_seccomp_filter_refuses_processes_sockets_and_memory_outside_rlimit_as_but_not_threads():
+    """socketpair, memfd_create and System V shared memory and message queues were allowed before: a memfd (or a
+    detached shm segment) holds memory that RLIMIT_AS never counts (~470 MiB in the reviewer's worker)."""
     script = (
-        "import os, socket, sys, threading\nsys.path.insert(0, sys.argv[1])\nimport seccomp\nseccomp.install()\n"
+        "import importlib.util, os, socket, sys, threading\n"
+        "spec = importlib.util.spec_from_file_location('seccomp', sys.argv[1])\n"
+        "seccomp = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(seccomp)\n"
+        + SYSV
+        + "seccomp.install()\n"
         "out = []\nt = threading.Thread(target=out.append, args=('thread',))\nt.start()\nt.join()\n"
-        "for name, call in (('fork', os.fork), ('socket', socket.socket), ('kill', lambda: os.kill(1, 0))):\n"
+        "for name, call in (('fork', os.fork), ('socket', socket.socket), ('kill', lambda: os.kill(1, 0)),\n"
+        "    ('socketpair', socket.socketpair), ('memfd_create', lambda: os.memfd_create('held')),\n"
+        "    ('shmget', lambda: _sysv(libc.shmget, 0, 1 << 20, 0o600)),\n"
+        "    ('msgget', lambda: _sysv(libc.msgget, 0, 0o600))):\n"
         "    try:\n        call()\n        out.append(name)\n    except PermissionError:\n        pass\n"
         "print(out)\n"
     )
-    here = str(Path(seccomp.__file__).parent)
     done = subprocess.run(
-        [sys.executable, "-I", "-B", "-S", "-c", script, here], capture_output=True, text=True, timeout=30
+        [sys.executable, "-I", "-B", "-S", "-c", script, seccomp.__file__], capture_output=True, text=True, timeout=30
     )
     assert done.stdout.strip() == "['thread']", done
     for machine in seccomp.MACHINES:
         assert len(seccomp.program(machine)) % 8 == 0 and len(seccomp.program(machine)) // 8 < 256
+
+
+HOLDS_MEMORY = """
+import os
+def held():
+    out = []
+    try:
+        import _socket
+        _socket.socketpair()
+        out.append("socketpair")
+    except OSError:
+        pass
+    try:
+        os.memfd_create("held")
+        out.append("memfd_create")
+    except OSError:
+        pass
+    return out
+"""
+
+
+def test_the_worker_may_not_make_socketpairs_or_memfds():
+    """Without the audit hook: the filter alone refuses them in the worker (both worked there before)."""
+    if "seccomp" not in isolation().layers:
+        pytest.skip(f"no seccomp filter here: {isolation().summary()}")
+    limits = Limits(wall_s=3.0, without=("audit_hook",))
+    r = run_tests(HOLDS_MEMORY, [("assert candidate() == []", True)], "held", limits=limits)
+    assert r.passed == 1 and "seccomp" in r.isolation.layers, r
 
 
 # ---- the wire: plain data only, both ways -------------------------------------------------------------------------
@@ -542,6 +585,24 @@ def test_wire_refuses_what_is_not_plain_data():
     ):
         with pytest.raises(wire.WireError):
             wire.decode(tree)
+
+
+COLLIDING = 2**61 - 1
+"""hash(k * COLLIDING) == 0 for every int k: a reply can make all its set items share one hash."""
+
+
+@pytest.mark.parametrize("tag", ["s", "f", "d"])
+def test_a_hash_colliding_reply_costs_the_runner_little(tag):
+    """Before: 4,096 tuples of equal hash in one set cost the runner 4.4 s of CPU (n² comparisons of 20 floats),
+    outside the per-call timeout, which only covers waiting for the reply."""
+    items = [{"t": [1.5] * 20 + [k * COLLIDING]} for k in range(wire.MAX_HASHED)]
+    tree = {"d": [[item, None] for item in items]} if tag == "d" else {tag: items}
+    tree = json.loads(wire.dumps({"v": tree})[wire.HEADER.size :])["v"]  # as the runner receives it
+    start = time.process_time()
+    with pytest.raises(wire.WireError, match="share a hash"):
+        wire.decode(tree)
+    assert time.process_time() - start < 0.25
+    assert wire.decode({tag: [[-1, 1], [-2, 2]] if tag == "d" else [-1, -2]})  # two that collide are fine
 
 
 def test_task_mix_keeps_kinds_with_signal():

@@ -1,10 +1,12 @@
 import math
+import time
 
 import pytest
 
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
 from grpolab.rewards.components import register_reward, unregister_reward
 from grpolab.rewards.score import breakdown, score_transcript
+from grpolab.tools import Tool, ToolBox
 
 
 @pytest.fixture()
@@ -143,3 +145,69 @@ def test_lenient_completion_pays_a_hedge_the_strict_verifier_fails(finance, acme
     s = score_transcript(finance, acme, hedge, weights={"lenient_completion": 3.0, "completion": 3.0})
     assert s.components["lenient_completion"] == 1.0 and s.components["completion"] == 0.0
     assert "hedged" in s.reasons["completion"]
+
+
+def naps(seconds: float) -> dict:
+    """Sleeps.
+
+    Args:
+        seconds: How long.
+    """
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+def test_a_call_that_timed_out_earns_no_schema_credit(finance, acme, monkeypatch):
+    """Before: a call whose tool ran past its timeout (a 300-character expression cost the calculator 9 s) was paid
+    as schema-valid, so a policy lost nothing by making calls that cost seconds."""
+    box = ToolBox([Tool(naps, timeout_s=0.2)])
+    monkeypatch.setattr(finance, "toolbox_for", lambda task: box)
+    text = (
+        render_thought("I will wait for the data.")
+        + render_tool_call("naps", {"seconds": 30})
+        + render_tool_response({"error": "naps timed out after 0.2s"})
+        + render_tool_call("naps", {"seconds": 0})
+        + render_tool_response({"slept": 0})
+        + "Done."
+    )
+    s = score(finance, acme, text)
+    assert s.components["schema"] == 0.5 and "timed out" in s.reasons["schema"], s.reasons
+    assert s.valid_calls == 1
+    assert "differs" not in s.reasons["format"]  # the response itself was the real one
+
+
+def test_calls_past_the_replay_cap_are_not_run_and_the_reasons_say_so(finance, acme, monkeypatch):
+    """Before: every call of a transcript was run again, however many (3 slow calls: 27 s per episode)."""
+    from grpolab.rewards.replay import MAX_REPLAYED_CALLS
+
+    ran: list[int] = []
+
+    def echo(x: int) -> dict:
+        """Echoes.
+
+        Args:
+            x: Anything.
+        """
+        ran.append(x)
+        return {"x": x}
+
+    box = ToolBox([Tool(echo, isolate=False)])
+    monkeypatch.setattr(finance, "toolbox_for", lambda task: box)
+    n = MAX_REPLAYED_CALLS + 4
+    calls = "".join(render_tool_call("echo", {"x": i}) + render_tool_response({"x": i}) for i in range(n))
+    s = score(finance, acme, render_thought("I will echo many times.") + calls + "Done.")
+    assert ran == list(range(MAX_REPLAYED_CALLS))
+    assert s.components["schema"] == pytest.approx(MAX_REPLAYED_CALLS / n)
+    assert f"4 calls past the replay cap ({MAX_REPLAYED_CALLS} per transcript)" in s.reasons["schema"], s.reasons
+    assert s.components["completion"] == 0.0 and "replay cap" in s.reasons["completion"], s.reasons
+    assert s.to_json()["reasons"]["schema"] == s.reasons["schema"]
+
+
+def test_rollout_max_turns_stays_within_the_replay_cap():
+    from grpolab.config import load_config
+    from grpolab.errors import UserError
+    from grpolab.rewards.components import MAX_REPLAYED_CALLS
+
+    assert load_config(overrides={"rollout.max_turns": MAX_REPLAYED_CALLS}).rollout.max_turns == MAX_REPLAYED_CALLS
+    with pytest.raises(UserError, match="rollout.max_turns"):
+        load_config(overrides={"rollout.max_turns": MAX_REPLAYED_CALLS + 1})

@@ -1,9 +1,11 @@
 import os
 import re
+import threading
 import time
 
 import pytest
 
+from grpolab import seccomp
 from grpolab.tools import Tool, ToolBox, calculator, cap_output
 
 
@@ -113,6 +115,94 @@ def _alive_in_group(group: int) -> list[int]:
         if int(pgrp) == group and state != "Z":
             out.append(int(entry))
     return out
+
+
+def leaves_its_group(path: str, how: str, seconds: float) -> dict:
+    """Starts a grandchild that tries to leave the call's process group (`setsid` or `setpgid`) and sleeps 30 s.
+
+    Args:
+        path: Where the grandchild writes its pid (once it tried to leave).
+        how: setsid or setpgid.
+        seconds: How long the call itself takes after that.
+    """
+    if os.fork() == 0:
+        try:
+            os.setsid() if how == "setsid" else os.setpgid(0, 0)
+        except OSError:
+            pass
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
+        time.sleep(30)
+        os._exit(0)
+    while not os.path.exists(path):
+        time.sleep(0.005)
+    time.sleep(seconds)
+    return {}
+
+
+@pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this architecture")
+@pytest.mark.parametrize("how", ["setsid", "setpgid"])
+@pytest.mark.parametrize("seconds", [0.0, 5.0], ids=["returns", "times-out"])
+def test_no_process_a_user_tool_starts_outlives_the_call(how, seconds, tmp_path):
+    """Before: a grandchild that called setsid (or setpgid) left the group that is killed, and slept on."""
+    path = tmp_path / "pid"
+    response = Tool(leaves_its_group, timeout_s=2.0).run({"path": str(path), "how": how, "seconds": seconds})
+    assert ("timed out" in response.get("error", "")) == (seconds > 0), response
+    pid = int(path.read_text())
+    deadline = time.monotonic() + 10  # a backstop only: a survivor sleeps 30 s
+    while (alive := _running(pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not alive, f"{how}: pid {pid} outlived the call"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_an_in_process_call_that_times_out_stops_burning_cpu():
+    """Before: the pool thread of a timed-out pure-Python tool spun on for its full 30 s (a thread cannot be killed,
+    but an exception raised into it stops Python code at its next instruction)."""
+    ended, raised = threading.Event(), []
+
+    def spins(seconds: float) -> dict:
+        """Busy in pure Python for `seconds`.
+
+        Args:
+            seconds: How long.
+        """
+        until = time.monotonic() + seconds
+        try:
+            while time.monotonic() < until:
+                pass
+        except BaseException as exc:
+            raised.append(type(exc).__name__)
+            raise
+        finally:
+            ended.set()
+        return {}
+
+    response = Tool(spins, timeout_s=0.2, isolate=False).run({"seconds": 30.0})
+    assert "timed out after 0.2s" in response["error"]
+    assert ended.wait(10), "the timed-out call is still running"  # a backstop only: it would spin for 30 s
+    assert raised == ["ToolTimeout"]
+    assert Tool(spins, isolate=False).run({"seconds": 0.0}) == {}
+
+
+def test_a_call_raising_base_exception_is_a_response_not_a_crash():
+    def exits(code: int) -> dict:
+        """Exits.
+
+        Args:
+            code: Exit code.
+        """
+        raise SystemExit(code)
+
+    assert Tool(exits, isolate=False).run({"code": 3}) == {"error": "SystemExit: 3"}
 
 
 def test_child_process_answers_like_in_process():

@@ -18,6 +18,7 @@ from grpolab.errors import UserError
 from grpolab.rewards.components import (
     COMPONENTS,
     DEFAULT_LENGTH_UNIT,
+    MAX_REPLAYED_CALLS,
     THOUGHT_MIN_WORDS,
     default_weights,
     letter,
@@ -56,8 +57,9 @@ class RolloutConfig(_Section):
     """G: episodes sampled per prompt; advantages are relative to the group."""
     max_new_tokens: int = Field(160, gt=0)
     """Token budget of policy tokens per episode, over all turns (tool output not counted)."""
-    max_turns: int = Field(3, ge=1)
-    """Most tool calls in one episode; the turn after the last one must answer."""
+    max_turns: int = Field(3, ge=1, le=MAX_REPLAYED_CALLS)
+    """Most tool calls in one episode; the turn after the last one must answer. At most 16: scoring runs no more
+    calls than that per transcript (`rewards.components.MAX_REPLAYED_CALLS`)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature for training rollouts (evaluation is greedy)."""
     top_p: float = Field(1.0, gt=0, le=1)

@@ -40,6 +40,11 @@ def thought_words(text: str) -> int:
 
 DEFAULT_LENGTH_UNIT = 100
 """Generated tokens per unit of the length component (the default of `reward.length_unit`)."""
+MAX_REPLAYED_CALLS = 16
+"""Calls that scoring runs again per transcript (`rewards/replay.py`): each may cost up to its tool's timeout, and
+scoring has no timeout of its own. `rollout.max_turns` may not exceed it, so no rollout is ever cut short."""
+PAST_REPLAY_CAP = f"not run: past the replay cap ({MAX_REPLAYED_CALLS} calls per transcript)"
+"""Why a call past the cap earns no schema credit."""
 
 RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[float, str]]
 
@@ -98,13 +103,16 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
 
 
 def schema_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
-    """Fraction of calls that name a real tool with arguments valid under its JSON schema."""
+    """Fraction of calls that name a real tool with arguments valid under its JSON schema; a call that timed out,
+    or one past the replay cap, earns nothing (its reason says which)."""
     if not r.calls:
         return (0.0, "no tool call, but the task needs one") if task.needs_tools else (1.0, "no call needed")
     problems = r.call_problems
     valid = sum(p is None for p in problems)
-    first_problem = next((p for p in problems if p), "")
+    first_problem = next((p for p in problems if p and p != PAST_REPLAY_CAP), "")
     reason = f"{valid}/{len(r.calls)} calls valid" + (f" ({first_problem})" if first_problem else "")
+    if r.unreplayed_calls:
+        reason += f"; {r.unreplayed_calls} calls past the replay cap ({MAX_REPLAYED_CALLS} per transcript) earn nothing"
     return valid / len(r.calls), reason
 
 

@@ -1,7 +1,11 @@
 """A transcript re-executed against the environment's real tools: what the reward components look at.
 
 Scoring works on text, so a dry-run and training can never disagree: the transcript's tool calls are executed again
-in order, and a `<tool_response>` that differs from the real one (or answers no call) is a fabrication.
+in order, and a `<tool_response>` that differs from the real one (or answers no call) is a fabrication. A call is
+run when its response is read (a call nobody answered costs nothing), and at most `MAX_REPLAYED_CALLS` per
+transcript: the response to a call past the cap cannot be checked, so it counts as fabricated, and the call earns
+no schema credit; the reasons say so. Nor does a call that timed out: a policy must not be paid for calls that
+cost seconds.
 """
 
 from __future__ import annotations
@@ -11,14 +15,19 @@ from typing import Any
 
 from grpolab.envs.base import Environment, Evidence, Task
 from grpolab.protocol import ParsedTranscript, ToolCall, parse_transcript, response_json
-from grpolab.tools import ToolBox
+from grpolab.rewards.components import MAX_REPLAYED_CALLS, PAST_REPLAY_CAP
+from grpolab.tools import ToolBox, ToolResult
 
 
 def respond_to_call(toolbox: ToolBox, call: ToolCall) -> dict[str, Any]:
     """The response the environment gives a call: the tool's output, or an error for a malformed call."""
+    return _call_result(toolbox, call).response
+
+
+def _call_result(toolbox: ToolBox, call: ToolCall) -> ToolResult:
     if not call.ok:
-        return {"error": call.error}
-    return toolbox.execute(call.name, call.arguments)
+        return ToolResult({"error": call.error})
+    return toolbox.call(call.name, call.arguments)
 
 
 @dataclass
@@ -30,34 +39,48 @@ class Replay:
     call_problems: list[str | None] = field(default_factory=list)
     """Why each call is not schema-valid (None when it is), checked once per transcript."""
     real_responses: list[dict[str, Any]] = field(default_factory=list)
+    """What the tools answered the calls that were run (those answered in the transcript, up to the cap)."""
     fabricated: list[str] = field(default_factory=list)
     """Why each fabricated tool_response is one."""
     unanswered_calls: int = 0
+    unreplayed_calls: int = 0
+    """Answered calls past MAX_REPLAYED_CALLS: not run, their responses not checked."""
     evidence: Evidence | None = None
     generated_text: str = ""
     """The model's own text (everything except tool_response blocks), what the length reward counts."""
 
 
 def replay(env: Environment, task: Task, text: str) -> Replay:
-    """Parse `text` and execute its calls in order against the task's tools."""
+    """Parse `text` and execute its answered calls in order against the task's tools (at most MAX_REPLAYED_CALLS)."""
     parsed = parse_transcript(text)
     out = Replay(parsed=parsed)
     toolbox = env.toolbox_for(task)
     evidence = Evidence(prompt=task.prompt, calls=[], responses=[])
-    pending: tuple[ToolCall, dict[str, Any]] | None = None
+    pending: ToolCall | None = None
     generated: list[str] = []
+    not_credited: dict[int, str] = {}  # call index -> why it earns no schema credit though its arguments are valid
     for seg in parsed.segments:
         if seg.kind == "tool_response":
             if pending is None:
                 out.fabricated.append("a <tool_response> that answers no call")
+            elif len(out.real_responses) >= MAX_REPLAYED_CALLS:
+                out.unreplayed_calls += 1
+                not_credited[len(out.calls) - 1] = PAST_REPLAY_CAP
+                out.fabricated.append(
+                    f"the response to call {len(out.calls)} was not checked: scoring runs at most "
+                    f"{MAX_REPLAYED_CALLS} calls per transcript (the replay cap)"
+                )
             else:
-                call, real = pending
-                if response_json(seg.text) != real:
+                call, result = pending, _call_result(toolbox, pending)
+                out.real_responses.append(result.response)
+                if result.timed_out:
+                    not_credited[len(out.calls) - 1] = f"{result.response['error']}: no credit for a timed-out call"
+                if response_json(seg.text) != result.response:
                     out.fabricated.append(f"response to {call.name or 'a malformed call'} differs from the real one")
                 else:
                     evidence.calls.append((call.name or "", call.arguments or {}))
-                    evidence.responses.append((call.name or "", real))
-                pending = None
+                    evidence.responses.append((call.name or "", result.response))
+            pending = None
             continue
         generated.append(_segment_source(seg.kind, seg.text, seg.closed))
         if seg.kind == "text" and not seg.text.strip():
@@ -65,16 +88,13 @@ def replay(env: Environment, task: Task, text: str) -> Replay:
         if pending is not None:  # the model went on without the environment's response
             out.unanswered_calls += 1
             pending = None
-        if seg.kind == "tool_call" and seg.call is not None and not env.executes_tools:
-            out.calls.append(seg.call)  # the call is the answer: nothing runs, nothing comes back
-        elif seg.kind == "tool_call" and seg.call is not None:
-            real = respond_to_call(toolbox, seg.call)
+        if seg.kind == "tool_call" and seg.call is not None:
             out.calls.append(seg.call)
-            out.real_responses.append(real)
-            pending = (seg.call, real)
+            if env.executes_tools:  # otherwise the call is the answer: nothing runs, nothing comes back
+                pending = seg.call
     if pending is not None:
         out.unanswered_calls += 1
-    out.call_problems = [call_problem(c, toolbox) for c in out.calls]
+    out.call_problems = [call_problem(c, toolbox) or not_credited.get(i) for i, c in enumerate(out.calls)]
     out.evidence = evidence
     out.generated_text = "".join(generated)
     return out

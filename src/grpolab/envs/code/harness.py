@@ -7,9 +7,9 @@ Standard library only (no site-packages). Three processes come out of this file:
   code. (One interpreter start for all three: a second one cost ~20 ms of CPU per run.)
 - the runner: trusted test code only, outside every wall put up after it was forked (see `runner.py`).
 - the worker: its own mount namespace with a minimal read-only root (`walls.py`), no privileges, no_new_privs and
-  a seccomp filter that refuses fork/exec/sockets/ptrace (`seccomp.py`), then an audit hook (a second line, not
-  the wall: it refuses files outside /box, new processes, signals, ctypes and a few imports), then the
-  model's code. It sends the isolation report before any model code runs, then answers `call` messages from the
+  a seccomp filter that refuses fork/exec/sockets/memfds/ptrace (`grpolab/seccomp.py`), then an audit hook (a
+  second line, not the wall: it refuses files outside /box, new processes, signals, ctypes and a few imports), then
+  the model's code. It sends the isolation report before any model code runs, then answers `call` messages from the
   test runner with the function's return value encoded by `wire.py`.
 
 The worker never sees a test, an expected value or a verdict: those live in the runner (`runner.py`), a separate
@@ -204,7 +204,7 @@ def serve(
     if report.wanted("seccomp"):
         try:
             seccomp.install()
-            report.ok("seccomp", "fork, exec, sockets, ptrace, signals to others, mounts refused by the kernel")
+            report.ok("seccomp", "fork, exec, sockets, memfds, ptrace, signals to others, mounts refused by the kernel")
         except OSError as exc:
             report.fail("seccomp", exc)
     low_fd, high_fd = sorted((inbox, outbox))

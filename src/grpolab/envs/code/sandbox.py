@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import IO, Any
 
 HERE = Path(__file__).parent
-MODULES = ("wire", "walls", "seccomp", "runner", "harness")
+MODULES = {
+    "wire": HERE / "wire.py",
+    "walls": HERE / "walls.py",
+    "seccomp": HERE.parents[1] / "seccomp.py",  # grpolab.seccomp, whose other filter the tools load
+    "runner": HERE / "runner.py",
+    "harness": HERE / "harness.py",
+}
 """Sandbox-side modules (standard library only), compiled here once and handed over as code objects: the sandbox
 starts with -B and cannot rely on cached bytecode, and compiling them at each start cost ~20 ms of CPU per run."""
 MARK = "grpolab-sandbox"
@@ -61,7 +67,7 @@ LAYERS = {
     "uts_namespace": "own hostname",
     "unprivileged": "no uid 0 privileges, no capabilities",
     "no_new_privs": "no privilege gain through exec",
-    "seccomp": "fork/exec/sockets/ptrace refused by the kernel",
+    "seccomp": "fork/exec/sockets/memfds/ptrace refused by the kernel",
     "subreaper": "orphans come back to the keeper and are killed",
     "rlimits": "CPU, memory, file size, open files",
     "audit_hook": "in-Python refusals (second line)",
@@ -204,8 +210,7 @@ def _config(data: dict) -> IO[bytes]:
 @lru_cache(maxsize=1)
 def _compiled() -> bytes:
     code = {}
-    for name in MODULES:
-        path = HERE / f"{name}.py"
+    for name, path in MODULES.items():
         code[name] = compile(path.read_text(), str(path), "exec", dont_inherit=True)
     return marshal.dumps(code)
 

@@ -5,9 +5,10 @@ They travel as JSON: null/bool/int/float/str/array for themselves, and one-key o
 tuple, {"d": [[key, value], ...]} a dict with any hashable keys, {"s": ...} a set, {"f": ...} a frozenset,
 {"b": "hex"} bytes). The encoder accepts exact built-in types only, so an object with a custom `__eq__` (or an
 int subclass) cannot be sent; the decoder is the gate that matters (the answer process may replace its encoder
-and write anything): it accepts only that grammar, within the size, depth and hashed-item limits, and builds real
-built-in objects. Messages are length-prefixed JSON objects on a stream (a socket pair, read and written as plain
-descriptors: no `socket` import, which costs the sandbox's start-up more than the rest of this module).
+and write anything): it accepts only that grammar, within the size, depth and hashed-item limits (and no more than
+a few items of one set sharing a hash), and builds real built-in objects. Messages are length-prefixed JSON
+objects on a stream (a socket pair, read and written as plain descriptors: no `socket` import, which costs the
+sandbox's start-up more than the rest of this module).
 
 Standard library only: both ends import it (`runner.py`, `harness.py`), the tests and the parent do too.
 """
@@ -25,6 +26,10 @@ MAX_MESSAGE = 1 << 20
 MAX_DEPTH = 64
 MAX_HASHED = 4096
 """Items placed in sets and dict keys per message: colliding hashes make building them quadratic."""
+MAX_SAME_HASH = 8
+"""Items of one set (or keys of one dict) that may share a hash: n of them cost n² comparisons to insert, and
+4,096 colliding tuples cost the runner 4.4 s of CPU. Plain data of distinct values shares a hash by accident
+only (-1 and -2 do); checked before any set or dict is built, so a reply costs the runner linear time."""
 HEADER = struct.Struct(">I")
 
 
@@ -96,19 +101,28 @@ def decode(tree: object, depth: int = 0, budget: _Budget | None = None) -> objec
     try:
         if tag in ("s", "f"):
             budget.spend(len(body))
-            items = [decode(v, depth + 1, budget) for v in body]
+            items = _few_collisions([decode(v, depth + 1, budget) for v in body])
             return set(items) if tag == "s" else frozenset(items)
         if tag == "d":
             budget.spend(len(body))
-            out = {}
-            for pair in body:
-                if type(pair) is not list or len(pair) != 2:
-                    raise WireError("bad dict item")
-                out[decode(pair[0], depth + 1, budget)] = decode(pair[1], depth + 1, budget)
-            return out
+            if any(type(pair) is not list or len(pair) != 2 for pair in body):
+                raise WireError("bad dict item")
+            keys = _few_collisions([decode(k, depth + 1, budget) for k, _ in body])
+            return dict(zip(keys, [decode(v, depth + 1, budget) for _, v in body]))
     except TypeError:  # an unhashable key or set item
         raise WireError("unhashable set item or dict key") from None
     raise WireError(f"unknown tag {str(tag)[:20]!r}")
+
+
+def _few_collisions(items: list) -> list:
+    """`items`, once no more than MAX_SAME_HASH of them share a hash (TypeError: one is unhashable)."""
+    seen: dict[int, int] = {}  # keyed by the hashes: ints, which collide at most a few at a time
+    for item in items:
+        key = hash(item)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > MAX_SAME_HASH:
+            raise WireError(f"more than {MAX_SAME_HASH} set items or dict keys share a hash")
+    return items
 
 
 def dumps(message: dict) -> bytes:
