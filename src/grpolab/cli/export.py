@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from grpolab.cli.options import (
     ConfigOpt,
@@ -52,7 +53,7 @@ def export_trl(
     for p in paths:
         console.print(f"wrote {p}")
     for n in notes:
-        console.print(f"[yellow]not expressed in TRL:[/] {n}")
+        console.print(Text("not expressed in TRL: ", style="yellow") + Text(n))
     console.print(
         f"run it: python {output}   (multi-GPU: accelerate launch --config_file accelerate_zero2.yaml {output})"
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from grpolab.cli.options import (
     ConfigOpt,
@@ -146,7 +147,9 @@ def simulate(
     if json:
         print_json(result)
         return
-    console.print("[bold]simulation[/bold] (behaviour-level policy; class rewards measured with the real reward)")
+    console.print(
+        Text("simulation", style="bold") + " (behaviour-level policy; class rewards measured with the real reward)"
+    )
     for name, c in result["classes"].items():
         console.print(f"  {name:<18} reward {c['reward']:+.2f}   p {c['initial']:.2f} -> {c['final']:.2f}")
     last = result["iterations"][-1]
@@ -155,7 +158,7 @@ def simulate(
         f"tool_call_prob {last[TOOL_CALL_PROB]:.0%}, hack_mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}"
     )
     for warning in result["warnings"]:
-        console.print(f"[bold red]WARNING: {warning}[/bold red]")
+        console.print(Text(f"WARNING: {warning}", style="bold red"))
     if "sim_to_real" in result:
         gap = {k: round(v, 3) for k, v in result["sim_to_real"].items()}
         fit = result["sim_to_real_fitted"]
