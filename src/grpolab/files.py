@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -345,6 +346,59 @@ def check_nesting(text: str, what: str, fix: str, kind: str = "json") -> None:
     """A UserError when `text` nests deeper than MAX_NESTING (before any parser recurses into it)."""
     from grpolab.errors import UserError
 
+    if kind == "json" and text.count("[") + text.count("{") <= MAX_NESTING:
+        return  # cannot nest deeper than it has openers (a C-speed count spares most JSON lines the scan)
     depth = nesting_depth(text, kind)
     if depth > MAX_NESTING:
         raise UserError(f"{what} nests {depth} levels deep, over the limit of {MAX_NESTING}", fix)
+
+
+class NotFinite(ValueError):
+    """A number in JSON text that is not finite (NaN, Infinity, 1e400, an integer no float can hold)."""
+
+
+def _refuse_constant(token: str) -> float:
+    raise NotFinite(f"{token} is not a finite number")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise NotFinite(f"{token} is not a finite number")
+    return value
+
+
+def _finite_int(token: str) -> int:
+    value = int(token)
+    try:
+        float(value)
+    except OverflowError:
+        raise NotFinite(f"an integer of {len(token.lstrip('-'))} digits is not a finite number") from None
+    return value
+
+
+def loads_finite(text: str) -> Any:
+    """JSON text whose numbers are all finite: NaN, Infinity, 1e400 and integers beyond a float's range raise
+    NotFinite (json.loads would give NaN or inf, which pass every comparison and break every sum)."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_finite_int)
+
+
+def read_user_jsonl(path: str | Path, what: str, limit: int, fix: str) -> list[Any]:
+    """The values of a JSON Lines file the user named, within every limit: `read_user_file`'s (a regular file of
+    at most `limit` bytes), each line nested at most MAX_NESTING deep (checked before parsing) and holding finite
+    numbers only. A line beyond a limit, or not JSON, is a UserError naming the file and the line."""
+    from grpolab.errors import UserError
+
+    values = []
+    for number, line in enumerate(read_user_file(path, what, limit, fix).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{what} {path} line {number}"
+        check_nesting(line, where, fix)
+        try:
+            values.append(loads_finite(line))
+        except NotFinite as exc:
+            raise UserError(f"{where}: {exc}", fix) from None
+        except (ValueError, RecursionError) as exc:
+            raise UserError(f"{where} is not valid JSON ({exc})", fix) from None
+    return values
