@@ -493,3 +493,20 @@ def test_the_try_it_box_answers_through_the_runs_agent(runs_root):
     assert "Pick a run" in try_view(runs_root, None, "q")
     assert "1 to 500 characters" in try_view(runs_root, "tiny", "x" * 501)
     assert "lab-error" in try_view(runs_root, "../outside", "q")
+
+
+EXTREME = ["1" + "0" * 400, "1.7e308", "-1.7e308", "1e400", "NaN", "-Infinity"]
+
+
+@pytest.mark.parametrize("bad", EXTREME, ids=["bigint", "1.7e308", "-1.7e308", "1e400", "nan", "-inf"])
+def test_the_run_view_shows_a_message_for_values_it_cannot_draw(tmp_path, run_with, bad):
+    """A 400-digit integer raised OverflowError in the run view, +-1.7e308 a ValueError from matplotlib."""
+    from grpolab.lab import handlers
+
+    run_with(tmp_path / "odd", bad, where=("metrics", "summary", "probes", "episodes", "config"))
+    summary, cards, chart, _, _, state, changes = handlers.run_view(tmp_path, "odd")
+    assert "metrics.jsonl" in summary and "preflight.json" in summary, summary  # what was left out, named
+    assert "lab-card" in cards and state == "not running" and "What GRPO changed" in changes and "<svg" in chart
+    view = views.load_run(tmp_path / "odd")
+    assert "n/a" in views.run_summary(view) and "malformed probe row" in views.preflight_panel(view.preflight)
+    assert "<pre>" in views.episode_pair(view, views.task_ids(view)[0], "2")

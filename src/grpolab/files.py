@@ -172,30 +172,44 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON Lines file; a missing file is empty, and unparseable lines are skipped (not fatal)."""
-    if not path.is_file():
+    """Rows of a JSON Lines file (a run's metrics, episodes, evaluations); a missing file, or one that is not a
+    regular file, is empty. A line that is not JSON or nests deeper than MAX_NESTING is skipped: it costs only
+    itself. There is no size limit: rows grow with the run, and the file is read a line at a time."""
+    if not path.is_file() or _special(os.path.realpath(path)):
         return []
     rows = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):  # a malformed or absurdly nested line costs only itself
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
+    with open(path, errors="replace") as f:
+        for line in f:
+            if too_deep(line):
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
 def read_json(path: Path, problems: list[str] | None = None) -> Any:
-    """A JSON file's data, or None when it is missing or unreadable (the reason goes to `problems`)."""
+    """A JSON file's data (a run's config, summary, preflight report, manifests), or None when it is missing or
+    cannot be read within the limits: a regular file of at most MAX_DATA_BYTES, nested at most MAX_NESTING deep
+    (the reason goes to `problems`)."""
+    from grpolab.errors import UserError
+
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError, RecursionError) as exc:
-        if problems is not None:
-            problems.append(f"{path.name} is not valid JSON ({exc})")
-        return None
+        text = read_user_file(path, path.name, MAX_DATA_BYTES, "", errors="replace")
+        check_nesting(text, path.name, "")
+        return json.loads(text)
+    except UserError as exc:
+        reason = exc.problem
+    except (ValueError, RecursionError) as exc:
+        reason = f"{path.name} is not valid JSON ({exc})"
+    if problems is not None:
+        problems.append(reason)
+    return None
 
 
 # ---- what users hand us: limits, and reading within them ----------------------------------------------------------
@@ -233,7 +247,7 @@ def read_user_file(path: str | Path, what: str, limit: int, fix: str, errors: st
     except (OSError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, a NUL byte in the name...
         raise UserError(f"cannot open {what} {path} ({_reason(exc)})", fix) from None
     real = os.path.realpath(path)
-    if not stat.S_ISREG(info.st_mode) or any(real == r or real.startswith(r + "/") for r in _SPECIAL_ROOTS):
+    if not stat.S_ISREG(info.st_mode) or _special(real):
         raise UserError(f"{what} {path} is not a regular file ({_kind(info.st_mode, real)})", fix)
     if info.st_size > limit:
         raise UserError(f"{what} {path} is {info.st_size} bytes, over the {size_text(limit)} limit", fix)
@@ -258,6 +272,11 @@ def read_user_stream(stream: Any, what: str, limit: int, fix: str) -> str:
     if len(text) > limit:
         raise UserError(f"{what} is over the {size_text(limit)} limit", fix)
     return text
+
+
+def _special(real: str) -> bool:
+    """Whether a resolved path is under /proc, /sys or /dev (files there may never end, or block)."""
+    return any(real == r or real.startswith(r + "/") for r in _SPECIAL_ROOTS)
 
 
 def _reason(exc: BaseException) -> str:
@@ -342,12 +361,18 @@ def nesting_depth(text: str, kind: str = "json") -> int:
     return _toml_depth(text) if kind == "toml" else _json_depth(text)
 
 
+def too_deep(text: str) -> bool:
+    """Whether JSON `text` nests deeper than MAX_NESTING. Text with no more openers than that cannot: a C-speed
+    count spares most lines the scan."""
+    return text.count("[") + text.count("{") > MAX_NESTING and _json_depth(text) > MAX_NESTING
+
+
 def check_nesting(text: str, what: str, fix: str, kind: str = "json") -> None:
     """A UserError when `text` nests deeper than MAX_NESTING (before any parser recurses into it)."""
     from grpolab.errors import UserError
 
-    if kind == "json" and text.count("[") + text.count("{") <= MAX_NESTING:
-        return  # cannot nest deeper than it has openers (a C-speed count spares most JSON lines the scan)
+    if kind == "json" and not too_deep(text):
+        return
     depth = nesting_depth(text, kind)
     if depth > MAX_NESTING:
         raise UserError(f"{what} nests {depth} levels deep, over the limit of {MAX_NESTING}", fix)
