@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json as jsonlib
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -77,15 +76,25 @@ def _classifiable(row: dict[str, Any]) -> bool:
     return True
 
 
-def _comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Metric rows a simulation can be held against: a step in range, finite numbers only (malformed values of a
-    hand-edited or damaged metrics.jsonl are left out, not a crash)."""
-    keep = []
-    for r in rows:
-        if 1 <= r["step"] <= MAX_SIM_STEPS:
-            values = {k: v for k, v in r.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-            keep.append({**values, "step": r["step"]})
-    return keep
+def comparable_rows(real: Path) -> list[dict[str, Any]]:
+    """Metric rows of a real run a simulation can be held against, read by the report's and the lab's reader
+    (`rundir.snapshot.drawable_metrics`): a step in range, values that are finite and within ±MAX_DRAWN. What was
+    left out is named on stderr; a run with nothing left to compare is a UserError."""
+    from grpolab.rundir import RunDir
+    from grpolab.rundir.snapshot import drawable_metrics
+
+    problems: list[str] = []
+    rows = [r for r in drawable_metrics(RunDir(real), problems) if 1 <= r["step"] <= MAX_SIM_STEPS]
+    for line in problems:
+        err_console.print(f"skipped: {line}")
+    if not rows:
+        raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
+    if not any(key in r for r in rows for key in SIM_TO_REAL):
+        raise UserError(
+            f"{real}/metrics.jsonl has no values to compare with ({', '.join(SIM_TO_REAL)})",
+            "pass a run directory whose metrics.jsonl is intact",
+        )
+    return rows
 
 
 def simulate(
@@ -132,9 +141,7 @@ def simulate(
         str(source) if source else "documented default (the demo's first GRPO step, after SFT seeding)"
     )
     if real is not None:
-        real_rows = _comparable(RunDir(real).metrics())
-        if not real_rows:
-            raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
+        real_rows = comparable_rows(real)
         result["sim_to_real"] = sim_to_real(result, real_rows)
         settings = SimSettings(cfg, steps=max(r["step"] for r in real_rows), runs=runs, lr=lr)
         last = max(real_rows, key=lambda r: r["step"])
