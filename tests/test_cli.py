@@ -183,8 +183,8 @@ def test_check_prints_a_model_path_literally(capsys):
 
 # ---- every command that prints model, user or data text prints it as written (rich markup is off by default) ----
 
-LOUD = "[bold]x"
-"""Markup that would not crash but would silently lose its brackets."""
+LOUD = "[bold]x :o:"
+"""Markup that would not crash but would silently lose its brackets, and an emoji code rich would replace."""
 
 
 def literal(text: str, out: str) -> bool:

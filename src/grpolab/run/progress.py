@@ -19,7 +19,7 @@ from grpolab.vocabulary import ALARMS, HELDOUT_SUCCESS, KL, REWARD_MEAN, SKIP_RE
 class Progress:
     def __init__(self, cfg: LabConfig, quiet: bool = False):
         self.quiet = quiet
-        self.console = Console(stderr=True, highlight=False)
+        self.console = Console(stderr=True, highlight=False, markup=False, emoji=False)  # notes quote paths, data
         self._bar: RichProgress | None = None
         self._task: Any = None
         self._trackio: Any = None
