@@ -510,3 +510,17 @@ def test_fuzz_simulate_weights_exit_0_or_2(weights):
     if code == 0:  # every curve a number: --json writes a non-finite one as null
         result = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
         assert None not in result["iterations"][-1].values()
+
+
+def test_a_resumed_run_reads_values_no_float_holds(tmp_path, run_with):
+    """The alarms' history and the held-out start are read back from metrics.jsonl and summary.json on resume: a
+    400-digit integer raised OverflowError there."""
+    from grpolab.trust.alarms import AlarmWatch
+
+    huge = 10**400
+    run = RunDir(run_with(tmp_path / "run", str(huge), where=("metrics", "summary")))
+    history = run.metrics()
+    assert history[0]["reward/mean"] == huge and run.heldout_at_start() is None
+    history += [{"step": 3, "heldout/success": huge, "entropy": huge, "completion_len": huge, "reward/std": huge}]
+    watch = AlarmWatch(load_config(None, SMALL), history, run.heldout_at_start())
+    assert isinstance(watch.check({"step": 4, "reward/mean": 0.5, "kl": 0.01}), dict)
