@@ -524,3 +524,11 @@ def test_a_resumed_run_reads_values_no_float_holds(tmp_path, run_with):
     history += [{"step": 3, "heldout/success": huge, "entropy": huge, "completion_len": huge, "reward/std": huge}]
     watch = AlarmWatch(load_config(None, SMALL), history, run.heldout_at_start())
     assert isinstance(watch.check({"step": 4, "reward/mean": 0.5, "kl": 0.01}), dict)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"config": ' + "[" * 900 + "]" * 900 + "}", '{"config": 1e400}'])
+def test_an_export_manifest_beyond_the_limits_exits_2(cli, tmp_path, text):
+    """`chat --model DIR` reads DIR/grpolab.json: nested 100k deep it raised RecursionError."""
+    (tmp_path / "grpolab.json").write_text(text)
+    code, _, err = cli("chat", "--model", str(tmp_path), "-q", "hi")
+    assert code == 2 and "grpolab.json" in one_line(err) and "re-export the run" in err, err

@@ -45,10 +45,11 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
         run = RunDir(path)
         rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
     elif path.exists():
-        from grpolab.files import MAX_DATA_BYTES, read_user_file
+        from grpolab.files import MAX_DATA_BYTES, check_nesting, read_user_file
 
         fix = "pass a run directory or a `grpolab check --save` report"
         text = read_user_file(path, "calibration report", MAX_DATA_BYTES, fix)
+        check_nesting(text, f"calibration report {path}", fix)
         try:
             rows = jsonlib.loads(text)["dry_run"]["base_episodes"]
         except (ValueError, KeyError, TypeError, RecursionError):
