@@ -531,3 +531,12 @@ def test_a_host_or_port_the_lab_cannot_listen_on_exits_2(cli, monkeypatch, tmp_p
         code, _, err = cli("lab", "--runs", str(tmp_path), "--port", str(port))
     flat = " ".join(err.split())
     assert code == 2 and f"--port {port}" in flat and "in use" in flat, err
+
+
+def test_the_lab_prints_the_runs_folder_and_host_literally(cli, monkeypatch, tmp_path):
+    from grpolab.lab import app
+
+    monkeypatch.setattr(app, "launch", lambda *a, **k: None)
+    runs = tmp_path / "[/x] [bold]runs :o:"
+    code, _, err = cli("lab", "--runs", str(runs), "--host", "0.0.0.0", "--port", str(_free_port()))
+    assert code == 0 and str(runs) in " ".join(err.split()), err  # the no-login warning names the folder
