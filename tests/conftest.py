@@ -102,3 +102,76 @@ def tokenizer():
     original = tok.chat_template
     yield tok
     tok.chat_template = original
+
+
+EPISODE_ROW = {
+    "task_id": "pct_change-ACME-Q3",
+    "kind": "pct_change",
+    "prompt": "By what percent did ACME stock change in Q3?",
+    "answer": "14.17",
+    "text": "<thought>look it up</thought>The answer is 14.17",
+    "tokens": 12,
+    "turns": 0,
+    "total": 1.0,
+    "components": {"format": 1.0, "schema": 0.0, "completion": 0.0, "length": 0.12},
+    "reasons": {"format": "well-formed", "schema": "no tool call", "completion": "no result number"},
+    "breakdown": "F:+1.0 | S:+0.0 | C:+0.0 | L:-0.01",
+    "valid_calls": 0,
+}
+"""A scored held-out episode row as the trainer writes it (eval/LABEL.jsonl, episodes.jsonl)."""
+BAD = '"__BAD__"'
+
+
+def write_run(folder: Path, bad: str = "0.5", where: tuple[str, ...] = ("metrics", "summary", "probes")) -> Path:
+    """A small run directory as a 2-step run leaves it, with the raw JSON text `bad` (e.g. "1e400", "NaN", a
+    400-digit integer, deeply nested brackets) written in place of the numbers of each artifact in `where`
+    (metrics, summary, probes, episodes, config)."""
+    import json
+
+    from grpolab.config import load_config
+
+    def dump(data: object) -> str:
+        return json.dumps(data).replace(BAD, bad)
+
+    (folder / "eval").mkdir(parents=True, exist_ok=True)
+    config = load_config(None, {"model": "tiny"}).model_dump(mode="json")
+    if "config" in where:
+        config["grpo"]["kl_bound"] = "__BAD__"
+    (folder / "config.json").write_text(dump(config))
+    metrics = []
+    for step in (1, 2):
+        row: dict = {"step": step, "alarms": {}}
+        for key in (
+            "reward/mean",
+            "reward/format",
+            "kl",
+            "kl_bound",
+            "tool_call_prob",
+            "tool_token_mass",
+            "success",
+            "policy_loss",
+            "adv/mean_abs",
+            "behaviour/thought_words",
+            "class/free_text_guess",
+        ):
+            row[key] = "__BAD__" if "metrics" in where else 0.1 * step
+        metrics.append(row)
+    (folder / "metrics.jsonl").write_text("".join(dump(r) + "\n" for r in metrics))
+    episode = {**EPISODE_ROW, **({"total": "__BAD__", "tokens": "__BAD__"} if "episodes" in where else {})}
+    if "episodes" in where:
+        episode["components"] = dict.fromkeys(EPISODE_ROW["components"], "__BAD__")
+    for label in ("0", "2"):
+        (folder / "eval" / f"{label}.jsonl").write_text(dump(episode) + "\n")
+    (folder / "episodes.jsonl").write_text("".join(dump({**episode, "step": s}) + "\n" for s in (1, 1, 2)))
+    heldout = {"heldout/success": "__BAD__" if "summary" in where else 0.5, "heldout/tool_call_prob": 0.5}
+    (folder / "eval" / "summary.json").write_text(dump({"0": heldout, "2": heldout}))
+    probe = {"probe": "dummy_tags", "task_id": "t", "breakdown": "F:+1.0", "gameable": False}
+    probe.update(dict.fromkeys(("score", "honest", "margin"), "__BAD__" if "probes" in where else 1.0))
+    learn = {"reward/mean": "__BAD__" if "probes" in where else 0.5, "pass_at_g": 1, "recommendation": "ok"}
+    (folder / "preflight.json").write_text(dump({"probes": [probe], "learnability": learn}))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def run_with():
+    return write_run

@@ -387,3 +387,34 @@ def test_eval_category_reads_the_packages_live_data(cli):
     assert json.loads(out)["heldout/n"] == 2.0
     code, _, err = cli("eval", "--env", "bfcl", "--category", "simple", "--model", "tiny", "--limit", "2")
     assert code == 2 and "simple_python" in err
+
+
+IRRELEVANCE_ROW = (
+    '{"id": "live_irrelevance_0-0-0", "question": [[{"role": "user", "content": "Hi"}]], '
+    '"function": [{"name": "calc_area", "parameters": {"type": "dict", "properties": {"base": '
+    '{"type": "integer", "default": VALUE}}}}]}'
+)
+"""A BFCL line with VALUE (raw JSON text) as a parameter's default."""
+
+
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nests 100006 levels deep, over the limit of 64"),  # RecursionError before
+        ("[" * 100 + "]" * 100, "nests 106 levels deep, over the limit of 64"),
+        ("NaN", "not a finite number"),
+        ("-Infinity", "not a finite number"),
+        ("1e400", "not a finite number"),
+        ("1" + "0" * 400, "not a finite number"),
+    ],
+)
+def test_bfcl_data_beyond_the_limits_exits_2_naming_the_line(cli, tmp_path, value, problem):
+    path = tmp_path / "odd.json"
+    path.write_text(IRRELEVANCE_ROW.replace("VALUE", "1") + "\n" + IRRELEVANCE_ROW.replace("VALUE", value) + "\n")
+    config = tmp_path / "odd.toml"
+    config.write_text(f'env = "bfcl"\ndata = [{json.dumps(str(path))}]\n')
+    for argv in (("tasks", "--config", str(config)), ("eval", "--env", "bfcl", "--data", str(path), "--model", "tiny")):
+        code, _, err = cli(*argv)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, (argv, err[-500:])
+        assert f"{path} line 2" in lines[0] and problem in lines[0], lines[0]

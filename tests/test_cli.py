@@ -179,3 +179,166 @@ def test_check_prints_a_model_path_literally(capsys):
     _print(report)
     out = capsys.readouterr().out
     assert f"model=models/{MARKUP}" in out and f"gameable: {MARKUP}" in out
+
+
+# ---- every command that prints model, user or data text prints it as written (rich markup is off by default) ----
+
+LOUD = "[bold]x :o:"
+"""Markup that would not crash but would silently lose its brackets, and an emoji code rich would replace."""
+
+
+def literal(text: str, out: str) -> bool:
+    """Whether `text` is in `out` as written (rich may wrap long lines)."""
+    return text in out or text in " ".join(out.split()) or text in out.replace("\n", "")
+
+
+@pytest.fixture()
+def wide(monkeypatch):
+    """The CLI's consoles 1,000 columns wide: table cells and long paths stay on one line."""
+    from grpolab.cli.options import console, err_console
+
+    for c in (console, err_console):
+        monkeypatch.setattr(c, "width", 1000)
+
+
+def bfcl_file(folder, text: str):
+    """A BFCL question file (irrelevance tasks, no answers needed) whose ids, categories, question and function
+    description hold `text`."""
+    rows = [
+        {
+            "id": f"live_{kind}{text}_0",
+            "question": [[{"role": "user", "content": f"question {text}"}]],
+            "function": [
+                {"name": "lookup", "description": f"d {text}", "parameters": {"type": "dict", "properties": {}}}
+            ],
+        }
+        for kind in ("irrelevance", "relevance")
+    ]
+    path = folder / "markup.json"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = folder / "markup.toml"
+    config.write_text(f'env = "bfcl"\ndata = [{json.dumps(str(path))}]\n')
+    return path, config
+
+
+def test_tasks_and_eval_print_bfcl_data_literally(cli, tmp_path, wide):
+    path, config = bfcl_file(tmp_path, MARKUP)
+    code, out, err = cli("tasks", "--config", str(config), "--split", "heldout")
+    assert code == 0 and literal(f"question {MARKUP}", out) and literal(f"live_irrelevance{MARKUP}_0", out), err
+    code, out, err = cli("eval", "--env", "bfcl", "--data", str(path), "--model", "tiny")  # per-category keys
+    assert code == 0 and literal(f"heldout/success/live_relevance{MARKUP}", out), err
+
+
+def test_envs_prints_a_description_literally(cli, monkeypatch, wide):
+    import grpolab.cli
+
+    real = grpolab.cli.get_env
+
+    def get_env(name):
+        env = real(name)
+        env.description = f"{env.description} {MARKUP}"
+        return env
+
+    monkeypatch.setattr(grpolab.cli, "get_env", get_env)
+    code, out, err = cli("envs")
+    assert code == 0 and literal(MARKUP, out), err
+
+
+def test_tools_and_reward_score_print_their_text_literally(cli, tmp_path, finance):
+    code, out, err = cli("tools", "run", "--env", "finance", "calculator", json.dumps({"expression": MARKUP}))
+    assert code == 0 and literal(MARKUP, out), err
+    path = tmp_path / "t.txt"
+    path.write_text(f"<thought>{MARKUP} {LOUD}</thought>The answer is {MARKUP}")
+    code, out, err = cli(
+        "reward", "score", "--env", "finance", "--task", "pct_change-ACME-Q3", "--completion", str(path)
+    )
+    assert code == 0 and "no tool call" in out, err
+
+
+def test_outputs_the_user_names_are_printed_literally(cli, tmp_path, run_with, monkeypatch):
+    folder = tmp_path / f"{MARKUP} {LOUD}"  # "[/x]" makes a folder "[" holding one "x] [bold]loud[" ...
+    folder.mkdir(parents=True)
+    code, out, err = cli("export-trl", "-o", str(folder / "train.py"))
+    assert code == 0 and literal(str(folder / "train.py"), out), err
+    run = run_with(folder / "run")
+    code, out, err = cli("report", "--run", str(run))
+    assert code == 0 and literal(str(run / "report.html"), out), err
+
+
+def test_train_demo_and_export_model_print_paths_literally(cli, tmp_path, monkeypatch):
+    import types
+
+    import grpolab.agent.export
+    import grpolab.run.loop
+
+    out_dir = tmp_path / f"{MARKUP} {LOUD}"
+    fake = types.SimpleNamespace(
+        path=out_dir,
+        eval_summary=lambda: {"base": {}, "0": {"heldout/n": 2.0}, "1": {}},
+        eval_labels=lambda: ["base", "0", "1"],
+        metrics=lambda: [],
+        has_steps=lambda: False,
+    )
+    monkeypatch.setattr(grpolab.run.loop, "train", lambda cfg, out, **kw: fake)
+    for argv in (("train", "--model", "tiny", "--out", str(out_dir)), ("demo", "--out", str(out_dir))):
+        code, out, err = cli(*argv)
+        assert code == 0 and literal(f"run dir: {out_dir}", out), (argv, err)
+    result = types.SimpleNamespace(
+        out=out_dir,
+        step=1,
+        folder_bytes=1,
+        seconds=1.0,
+        gguf=out_dir / "m.gguf",
+        gguf_type="f32",
+        gguf_bytes=1,
+        check=None,
+        to_json=dict,
+    )
+    monkeypatch.setattr(grpolab.agent.export, "export_run", lambda *a, **k: result)
+    code, out, err = cli("export-model", "--run", str(tmp_path), "--out", str(out_dir))
+    assert code == 0 and literal(f"wrote {out_dir}", out) and literal(str(out_dir / "m.gguf"), out), err
+
+
+def test_errors_quote_user_text_literally(cli, tmp_path):
+    for argv, quoted in (
+        (("tasks", "--env", MARKUP), MARKUP),
+        (("simulate", "--calibrate", str(tmp_path / MARKUP)), MARKUP),
+        (("reward", "score", "--task", MARKUP, "--completion", "-"), MARKUP),
+    ):
+        code, _, err = cli(*argv)
+        assert code == 2 and literal(quoted, err), (argv, err)
+
+
+def test_check_prints_probe_text_literally(capsys, wide):
+    from grpolab.cli.trust import _print
+
+    learn = {"prompts": 1, "group_size": 2, "reward/mean": 0.0, "tool_call_prob": 0.0, "frac_zero_std": 1.0}
+    probe = {"probe": f"p{LOUD}", "task_id": f"t{MARKUP}", "score": 1.0, "honest": 2.0, "margin": 1.0, "gameable": 0}
+    shortcut = {"shortcut": f"s{LOUD}", "task_id": f"u{MARKUP}", "score": 1.0, "honest": 1.0, "margin": 0.0}
+    report = {
+        "env": "bfcl",
+        "model": "tiny",
+        "weights": {"format": 1.0},
+        "dry_run": {"references": [{"task_id": f"ref{MARKUP}", "total": 1.0, "breakdown": f"F:{LOUD}"}]},
+        "probes": [probe],
+        "gameable": [],
+        "shortcuts": [{**shortcut, "paid": True, "paying": {f"c{LOUD}": 0.1}}],
+        "shortcuts_paid": [f"paid {MARKUP}"],
+        "isolation": {"level": "weak", "summary": f"weak: no seccomp ({MARKUP})"},
+        "learnability": {**learn, "pass_at_g": 0, "all_pass": [], "all_fail": [], "recommendation": f"r {MARKUP}"},
+    }
+    _print(report)
+    out = capsys.readouterr().out
+    for text in (
+        f"ref{MARKUP}",
+        f"F:{LOUD}",
+        f"p{LOUD}",
+        f"t{MARKUP}",
+        f"s{LOUD}",
+        f"u{MARKUP}",
+        f"c{LOUD}",
+        f"paid {MARKUP}",
+        f"no seccomp ({MARKUP})",
+        f"r {MARKUP}",
+    ):
+        assert literal(text, out), (text, out)

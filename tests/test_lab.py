@@ -245,9 +245,12 @@ def test_an_explicit_host_is_warned_about_and_named_hosts_are_accepted(cli, monk
 
     calls = []
     monkeypatch.setattr(app, "launch", lambda *a, **k: calls.append(k["host_names"]))
-    code, _, err = cli("lab", "--runs", str(tmp_path))
+    port = str(_free_port())  # the lab tries the port before it starts
+    code, _, err = cli("lab", "--runs", str(tmp_path), "--port", port)
     assert code == 0 and "warning" not in err and calls[-1] == {"localhost", "127.0.0.1", "::1"}
-    code, _, err = cli("lab", "--runs", str(tmp_path), "--host", "0.0.0.0", "--allow-host", "Lab.Example.")
+    code, _, err = cli(
+        "lab", "--runs", str(tmp_path), "--port", port, "--host", "0.0.0.0", "--allow-host", "Lab.Example."
+    )
     flat = " ".join(err.split())
     assert code == 0 and "warning: --host 0.0.0.0: the lab has no login" in flat and "--allow-host" in flat
     assert {"lab.example", socket.gethostname().lower(), "localhost"} <= calls[-1]
@@ -493,3 +496,47 @@ def test_the_try_it_box_answers_through_the_runs_agent(runs_root):
     assert "Pick a run" in try_view(runs_root, None, "q")
     assert "1 to 500 characters" in try_view(runs_root, "tiny", "x" * 501)
     assert "lab-error" in try_view(runs_root, "../outside", "q")
+
+
+EXTREME = ["1" + "0" * 400, "1.7e308", "-1.7e308", "1e400", "NaN", "-Infinity"]
+
+
+@pytest.mark.parametrize("bad", EXTREME, ids=["bigint", "1.7e308", "-1.7e308", "1e400", "nan", "-inf"])
+def test_the_run_view_shows_a_message_for_values_it_cannot_draw(tmp_path, run_with, bad):
+    """A 400-digit integer raised OverflowError in the run view, +-1.7e308 a ValueError from matplotlib."""
+    from grpolab.lab import handlers
+
+    run_with(tmp_path / "odd", bad, where=("metrics", "summary", "probes", "episodes", "config"))
+    summary, cards, chart, _, _, state, changes = handlers.run_view(tmp_path, "odd")
+    assert "metrics.jsonl" in summary and "preflight.json" in summary, summary  # what was left out, named
+    assert "lab-card" in cards and state == "not running" and "What GRPO changed" in changes and "<svg" in chart
+    view = views.load_run(tmp_path / "odd")
+    assert "n/a" in views.run_summary(view) and "malformed probe row" in views.preflight_panel(view.preflight)
+    assert "<pre>" in views.episode_pair(view, views.task_ids(view)[0], "2")
+
+
+def test_a_host_or_port_the_lab_cannot_listen_on_exits_2(cli, monkeypatch, tmp_path):
+    from grpolab.lab import app
+
+    monkeypatch.setattr(app, "launch", lambda *a, **k: pytest.fail("launched"))
+    code, _, err = cli("lab", "--runs", str(tmp_path), "--host", "256.1.1.1")
+    flat = " ".join(err.split())
+    assert code == 2 and "--host 256.1.1.1" in flat and "--host 127.0.0.1" in flat, err
+    code, _, err = cli("lab", "--runs", str(tmp_path), "--host", "::1")  # Gradio raised on its own URL
+    assert code == 2 and "IPv6" in err, err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = cli("lab", "--runs", str(tmp_path), "--port", str(port))
+    flat = " ".join(err.split())
+    assert code == 2 and f"--port {port}" in flat and "in use" in flat, err
+
+
+def test_the_lab_prints_the_runs_folder_and_host_literally(cli, monkeypatch, tmp_path):
+    from grpolab.lab import app
+
+    monkeypatch.setattr(app, "launch", lambda *a, **k: None)
+    runs = tmp_path / "[/x] [bold]runs :o:"
+    code, _, err = cli("lab", "--runs", str(runs), "--host", "0.0.0.0", "--port", str(_free_port()))
+    assert code == 0 and str(runs) in " ".join(err.split()), err  # the no-login warning names the folder

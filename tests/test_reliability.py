@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from grpolab.config import load_config
@@ -415,3 +415,120 @@ TOOL_ARGS = (
 def test_fuzz_tool_arguments_exit_0_or_2(args):
     code, _ = run_cli("tools", "run", "--env", "finance", "calculator", args)
     assert code in (0, 2)
+
+
+# ---- fuzz: markup, extreme numbers and deep nesting in what commands read and print: exit 0 or 2, text as written -
+
+
+@contextlib.contextmanager
+def wide_consoles():
+    """The CLI's consoles 1,000 columns wide, so a table cell is found on one line."""
+    from grpolab.cli.options import console, err_console
+
+    widths = [(c, c.width) for c in (console, err_console)]
+    for c, _ in widths:
+        c.width = 1000
+    try:
+        yield
+    finally:
+        for c, width in widths:
+            c.width = width
+
+
+MARKUP_TEXT = st.sampled_from(["[/x]", "[bold]x", "[/]", "[red]", "\\[x]", "[link=file:///x]y[/link]", "[bold"]) | (
+    st.text(alphabet="[]/\\=#@ boldredx:", min_size=1, max_size=24).filter(lambda t: t.strip() == t and t)
+)
+"""Text rich would read as markup (or as an escape of it)."""
+NUMBER_TOKENS = (
+    st.sampled_from(["1" + "0" * 400, "-" + "9" * 400, "1.7e308", "-1.7e308", "1e400", "-1e400", "1e-400", "-0.0"])
+    | st.sampled_from(["NaN", "Infinity", "-Infinity", "4.9e-324", "9007199254740993", "0"])
+    | st.integers(-(10**30), 10**30).map(str)
+    | st.floats(allow_nan=False, allow_infinity=False).map(repr)
+)
+"""Raw JSON numbers: huge integers, the largest floats, overflowing and underflowing exponents, NaN and Infinity."""
+DEEP_JSON = st.sampled_from([65, 900, 100_000]).map(lambda n: "[" * n + "]" * n) | st.integers(60, 400).map(
+    lambda n: '{"a": ' * n + "1" + "}" * n
+)
+DEEPEST = "[" * 100_000 + "]" * 100_000
+RAW_VALUES = NUMBER_TOKENS | DEEP_JSON
+ARTIFACTS = st.lists(st.sampled_from(["metrics", "summary", "probes", "episodes", "config"]), min_size=1, unique=True)
+SLOW_FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(text=MARKUP_TEXT)
+def test_fuzz_markup_in_user_text_prints_as_written(text):
+    code, out = run_cli("config", "--model", text)
+    assert code == 0 and f"model = {text!r}" in out
+
+
+@SLOW_FUZZ
+@given(raw=RAW_VALUES, text=MARKUP_TEXT)
+@example(raw=DEEPEST, text="[/x]")  # RecursionError before
+def test_fuzz_bfcl_data_exits_0_or_2_and_prints_as_written(tmp_path, raw, text):
+    row = {
+        "id": "live_irrelevance_0-0-0",
+        "question": [[{"role": "user", "content": f"q {text}"}]],
+        "function": [{"name": "f", "parameters": {"type": "dict", "properties": {"a": {"default": "__RAW__"}}}}],
+    }
+    path = tmp_path / "fuzz.json"
+    path.write_text(json.dumps(row).replace('"__RAW__"', raw) + "\n")
+    config = tmp_path / "fuzz.toml"
+    config.write_text(f'env = "bfcl"\ndata = [{json.dumps(str(path))}]\n')
+    with wide_consoles():
+        code, out = run_cli("tasks", "--config", str(config), "--split", "heldout")
+    assert code in (0, 2)
+    if code == 0:
+        assert f"q {text}" in out
+
+
+@SLOW_FUZZ
+@given(raw=RAW_VALUES, where=ARTIFACTS)
+@example(raw="1" + "0" * 400, where=["metrics"])  # OverflowError before
+@example(raw="-1.7e308", where=["summary", "probes"])  # matplotlib's ValueError before
+def test_fuzz_run_artifacts_exit_0_or_2_for_report_and_simulate(tmp_path, run_with, raw, where):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run_with(run, raw, tuple(where))
+    code, _ = run_cli("report", "--run", str(run))
+    assert code in (0, 2)
+    code, out = run_cli("simulate", "--real", str(run), "--steps", "2", "--runs", "1", "--json")
+    assert code in (0, 2)
+    if code == 0:  # every gap a number: --json writes a non-finite one as null
+        result = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
+        assert result["sim_to_real"] and None not in result["sim_to_real"].values()
+
+
+@SLOW_FUZZ
+@given(weights=st.lists(NUMBER_TOKENS, min_size=4, max_size=4).map(",".join))
+@example(weights="1e308,1e308,1e308,1e308")  # NaN curves and exit 0 before
+def test_fuzz_simulate_weights_exit_0_or_2(weights):
+    code, out = run_cli("simulate", "--weights", weights, "--steps", "3", "--runs", "2", "--json")
+    assert code in (0, 2)
+    if code == 0:  # every curve a number: --json writes a non-finite one as null
+        result = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
+        assert None not in result["iterations"][-1].values()
+
+
+def test_a_resumed_run_reads_values_no_float_holds(tmp_path, run_with):
+    """The alarms' history and the held-out start are read back from metrics.jsonl and summary.json on resume: a
+    400-digit integer raised OverflowError there."""
+    from grpolab.trust.alarms import AlarmWatch
+
+    huge = 10**400
+    run = RunDir(run_with(tmp_path / "run", str(huge), where=("metrics", "summary")))
+    history = run.metrics()
+    assert history[0]["reward/mean"] == huge and run.heldout_at_start() is None
+    history += [{"step": 3, "heldout/success": huge, "entropy": huge, "completion_len": huge, "reward/std": huge}]
+    watch = AlarmWatch(load_config(None, SMALL), history, run.heldout_at_start())
+    assert isinstance(watch.check({"step": 4, "reward/mean": 0.5, "kl": 0.01}), dict)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"config": ' + "[" * 900 + "]" * 900 + "}", '{"config": 1e400}'])
+def test_an_export_manifest_beyond_the_limits_exits_2(cli, tmp_path, text):
+    """`chat --model DIR` reads DIR/grpolab.json: nested 100k deep it raised RecursionError."""
+    (tmp_path / "grpolab.json").write_text(text)
+    code, _, err = cli("chat", "--model", str(tmp_path), "-q", "hi")
+    assert code == 2 and "grpolab.json" in one_line(err) and "re-export the run" in err, err

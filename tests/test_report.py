@@ -80,3 +80,28 @@ def test_eval_and_compare_read_a_run(tiny_run, cli, tmp_path):
     assert code == 0 and len(data["left"]["episodes"]) == len(data["right"]["episodes"]) == 2
     assert [e["task_id"] for e in data["left"]["episodes"]] == [e["task_id"] for e in data["right"]["episodes"]]
     assert "not verified" in page.read_text()
+
+
+EXTREME = ["1" + "0" * 400, "-" + "9" * 400, "1.7e308", "-1.7e308", "1e400", "NaN", "-Infinity", "[" * 900 + "]" * 900]
+"""Raw JSON numbers a damaged or hand-edited run directory may hold (a 400-digit integer raised OverflowError,
++-1.7e308 made matplotlib raise) and a value nested deeper than the readers allow."""
+
+
+@pytest.mark.parametrize(
+    "bad", EXTREME, ids=["bigint", "-bigint", "1.7e308", "-1.7e308", "1e400", "nan", "-inf", "deep"]
+)
+def test_report_draws_what_it_can_and_names_the_rest(cli, tmp_path, run_with, bad):
+    run = run_with(tmp_path / "run", bad, where=("metrics", "summary", "probes", "episodes"))
+    code, out, err = cli("report", "--run", str(run))
+    assert code == 0 and "wrote" in out, err[-800:]
+    page = (run / "report.html").read_text()
+    assert "<h2>Skipped</h2>" in page and "metrics.jsonl" in err and "preflight.json" in err, err
+    assert "<svg" in page and "1700000" not in page and "10000000000" not in page
+
+
+def test_a_chart_of_values_matplotlib_cannot_place_is_a_message():
+    from grpolab.report.charts import svg_chart
+
+    rows = [{"step": 1, "kl": 1.7e308}, {"step": 2, "kl": -1.7e308}]  # the axis range overflows
+    assert "kl: cannot be drawn" in svg_chart("kl", ["kl"], rows, [])
+    assert svg_chart("kl", ["kl"], [{"step": 1, "kl": 0.1}], []).startswith("<svg")

@@ -1,5 +1,8 @@
 """The simulator: update math on the class policy, reward-hacking cases, calibration from real rows."""
 
+import json
+import math
+
 import numpy as np
 import pytest
 
@@ -150,3 +153,30 @@ def test_simulate_against_a_real_run_follows_its_config_and_first_step(cli, tmp_
     # the prior is the first step's sampled episodes (3 correct of 4), not later steps
     assert result["classes"]["grounded_correct"]["initial"] > result["classes"]["free_text_guess"]["initial"]
     assert set(result["sim_to_real"]) == set(SIM_TO_REAL)
+
+
+@pytest.mark.parametrize("bad", ["1" + "0" * 400, "1.7e308", "-1.7e308", "NaN"], ids=["bigint", "max", "-max", "nan"])
+def test_simulate_against_a_run_whose_metrics_cannot_be_compared_exits_2(cli, tmp_path, run_with, bad):
+    """A 400-digit integer raised OverflowError; +-1.7e308 printed an infinite gap; NaN compared nothing, exit 0."""
+    run = run_with(tmp_path / "run", bad, where=("metrics",))
+    code, out, err = cli("simulate", "--real", str(run), "--steps", "3", "--runs", "2")
+    flat = " ".join(err.split())
+    assert code == 2 and "metrics.jsonl: 22 value(s) not finite or beyond ±1e+15" in flat, err
+    assert "no values to compare with" in flat and "inf" not in out, (out, err)
+
+
+def test_simulate_against_a_run_with_some_values_left_out_names_them(cli, tmp_path, run_with):
+    run = run_with(tmp_path / "run")
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "kl": 1.7e308, "success": ' + "9" * 400 + ', "reward/mean": 0.5}\n')
+    code, out, err = cli("simulate", "--real", str(run), "--steps", "3", "--runs", "2", "--json")
+    assert code == 0 and "2 value(s) not finite" in " ".join(err.split()), err
+    result = json.loads(out)
+    assert all(math.isfinite(v) for v in result["sim_to_real"].values()) and result["sim_to_real"]
+
+
+def test_weights_that_make_the_simulation_non_finite_exit_2(cli):
+    """Weights of 1e308 printed NaN for every curve and exited 0."""
+    code, out, err = cli("simulate", "--weights", "1e308,1e308,1e308,1e308", "--steps", "3", "--runs", "2")
+    flat = " ".join(err.split())
+    assert code == 2 and "reward weights" in flat and "--weights" in flat and "nan" not in out, err

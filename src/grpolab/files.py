@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -182,30 +183,44 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON Lines file; a missing file is empty, and unparseable lines are skipped (not fatal)."""
-    if not path.is_file():
+    """Rows of a JSON Lines file (a run's metrics, episodes, evaluations); a missing file, or one that is not a
+    regular file, is empty. A line that is not JSON or nests deeper than MAX_NESTING is skipped: it costs only
+    itself. There is no size limit: rows grow with the run, and the file is read a line at a time."""
+    if not path.is_file() or _special(os.path.realpath(path)):
         return []
     rows = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):  # a malformed or absurdly nested line costs only itself
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
+    with open(path, errors="replace") as f:
+        for line in f:
+            if too_deep(line):
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
 def read_json(path: Path, problems: list[str] | None = None) -> Any:
-    """A JSON file's data, or None when it is missing or unreadable (the reason goes to `problems`)."""
+    """A JSON file's data (a run's config, summary, preflight report, manifests), or None when it is missing or
+    cannot be read within the limits: a regular file of at most MAX_DATA_BYTES, nested at most MAX_NESTING deep
+    (the reason goes to `problems`)."""
+    from grpolab.errors import UserError
+
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError, RecursionError) as exc:
-        if problems is not None:
-            problems.append(f"{path.name} is not valid JSON ({exc})")
-        return None
+        text = read_user_file(path, path.name, MAX_DATA_BYTES, "", errors="replace")
+        check_nesting(text, path.name, "")
+        return json.loads(text)
+    except UserError as exc:
+        reason = exc.problem
+    except (ValueError, RecursionError) as exc:
+        reason = f"{path.name} is not valid JSON ({exc})"
+    if problems is not None:
+        problems.append(reason)
+    return None
 
 
 # ---- what users hand us: limits, and reading within them ----------------------------------------------------------
@@ -243,7 +258,7 @@ def read_user_file(path: str | Path, what: str, limit: int, fix: str, errors: st
     except (OSError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, a NUL byte in the name...
         raise UserError(f"cannot open {what} {path} ({_reason(exc)})", fix) from None
     real = os.path.realpath(path)
-    if not stat.S_ISREG(info.st_mode) or any(real == r or real.startswith(r + "/") for r in _SPECIAL_ROOTS):
+    if not stat.S_ISREG(info.st_mode) or _special(real):
         raise UserError(f"{what} {path} is not a regular file ({_kind(info.st_mode, real)})", fix)
     if info.st_size > limit:
         raise UserError(f"{what} {path} is {info.st_size} bytes, over the {size_text(limit)} limit", fix)
@@ -268,6 +283,11 @@ def read_user_stream(stream: Any, what: str, limit: int, fix: str) -> str:
     if len(text) > limit:
         raise UserError(f"{what} is over the {size_text(limit)} limit", fix)
     return text
+
+
+def _special(real: str) -> bool:
+    """Whether a resolved path is under /proc, /sys or /dev (files there may never end, or block)."""
+    return any(real == r or real.startswith(r + "/") for r in _SPECIAL_ROOTS)
 
 
 def _reason(exc: BaseException) -> str:
@@ -490,10 +510,69 @@ def nesting_depth(text: str, kind: str = "json") -> int:
     return _toml_depth(text) if kind == "toml" else _json_depth(text)
 
 
+def too_deep(text: str) -> bool:
+    """Whether JSON `text` nests deeper than MAX_NESTING. Text with no more openers than that cannot: a C-speed
+    count spares most lines the scan."""
+    return text.count("[") + text.count("{") > MAX_NESTING and _json_depth(text) > MAX_NESTING
+
+
 def check_nesting(text: str, what: str, fix: str, kind: str = "json") -> None:
     """A UserError when `text` nests deeper than MAX_NESTING (before any parser recurses into it)."""
     from grpolab.errors import UserError
 
+    if kind == "json" and not too_deep(text):
+        return
     depth = nesting_depth(text, kind)
     if depth > MAX_NESTING:
         raise UserError(f"{what} nests {depth} levels deep, over the limit of {MAX_NESTING}", fix)
+
+
+class NotFinite(ValueError):
+    """A number in JSON text that is not finite (NaN, Infinity, 1e400, an integer no float can hold)."""
+
+
+def _refuse_constant(token: str) -> float:
+    raise NotFinite(f"{token} is not a finite number")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise NotFinite(f"{token} is not a finite number")
+    return value
+
+
+def _finite_int(token: str) -> int:
+    value = int(token)
+    try:
+        float(value)
+    except OverflowError:
+        raise NotFinite(f"an integer of {len(token.lstrip('-'))} digits is not a finite number") from None
+    return value
+
+
+def loads_finite(text: str) -> Any:
+    """JSON text whose numbers are all finite: NaN, Infinity, 1e400 and integers beyond a float's range raise
+    NotFinite (json.loads would give NaN or inf, which pass every comparison and break every sum)."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_finite_int)
+
+
+def read_user_jsonl(path: str | Path, what: str, limit: int, fix: str) -> list[Any]:
+    """The values of a JSON Lines file the user named, within every limit: `read_user_file`'s (a regular file of
+    at most `limit` bytes), each line nested at most MAX_NESTING deep (checked before parsing) and holding finite
+    numbers only. A line beyond a limit, or not JSON, is a UserError naming the file and the line."""
+    from grpolab.errors import UserError
+
+    values = []
+    for number, line in enumerate(read_user_file(path, what, limit, fix).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{what} {path} line {number}"
+        check_nesting(line, where, fix)
+        try:
+            values.append(loads_finite(line))
+        except NotFinite as exc:
+            raise UserError(f"{where}: {exc}", fix) from None
+        except (ValueError, RecursionError) as exc:
+            raise UserError(f"{where} is not valid JSON ({exc})", fix) from None
+    return values

@@ -36,7 +36,7 @@ from grpolab.engine.policy import load_run_policy
 from grpolab.envs import env_for
 from grpolab.envs.base import question_task
 from grpolab.errors import UserError
-from grpolab.files import output_folder
+from grpolab.files import output_folder, read_json
 from grpolab.formats import stop_token_ids
 from grpolab.metrics import heldout_summary
 from grpolab.vocabulary import HELDOUT_SUCCESS
@@ -265,8 +265,11 @@ def exported_config(path: Path) -> LabConfig | None:
     manifest = path / MANIFEST
     if not manifest.is_file():
         return None
+    problems: list[str] = []
+    data = read_json(manifest, problems)  # within grpolab.files' limits (size, nesting)
+    if problems:
+        raise UserError(f"{manifest}: {problems[0]}", "re-export the run")
     try:
-        data = json.loads(manifest.read_text())["config"]
-        return LabConfig.model_validate({**data, "model": str(path)})
+        return LabConfig.model_validate({**data["config"], "model": str(path)})
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{manifest} is not a grpolab export manifest ({exc})", "re-export the run") from None

@@ -143,7 +143,7 @@ def _questions(given: list[str] | None) -> Iterator[str]:
     err_console.print("Ask a question (empty line or 'exit' to quit).")
     while True:
         try:
-            line = console.input("[bold]you>[/bold] ").strip()
+            line = console.input(Text("you> ", style="bold")).strip()
         except (EOFError, KeyboardInterrupt):
             return
         if not line or line.lower() in EXIT_WORDS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +17,29 @@ DEFAULT_HOST = "127.0.0.1"
 
 def register(app: typer.Typer) -> None:
     app.command()(lab)
+
+
+def check_listen(host: str, port: int) -> None:
+    """A UserError naming --host or --port when the lab could not listen there: a name that does not resolve
+    (256.1.1.1), an address of another machine, a port already in use. Tried by binding, then released; without
+    it the web server's OSError came out as a traceback."""
+    fix = f"pass an address of this machine, e.g. --host {DEFAULT_HOST} (or 0.0.0.0 for every interface)"
+    if ":" in host:  # Gradio builds http://HOST:PORT/ without brackets and fails on its own URL
+        raise UserError(f"--host {host}: the web lab cannot serve on an IPv6 address", fix)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise UserError(f"--host {host} is not an address to listen on ({exc})", fix) from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server sets it
+        try:
+            probe.bind(address)
+        except PermissionError as exc:
+            raise UserError(f"--port {port} on {host}: {exc.strerror}", "pick a port above 1023") from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserError(f"--port {port} is in use on {host}", "pick another --port, e.g. 7861") from None
+            raise UserError(f"--host {host}: cannot listen there ({exc.strerror or exc})", fix) from None
 
 
 def lab(
@@ -43,6 +68,7 @@ def lab(
         raise UserError(f"the web lab needs gradio ({exc})", "pip install 'grpolab[lab]'")
     if runs.exists() and not runs.is_dir():
         raise UserError(f"--runs {runs} is a file", "pass the folder that holds (or will hold) run directories")
+    check_listen(host or DEFAULT_HOST, port)
     names = accepted_names(host or DEFAULT_HOST, allow_host or [])
     if host is not None and host not in LOOPBACK_NAMES:
         err_console.print(

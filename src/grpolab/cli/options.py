@@ -17,8 +17,11 @@ from grpolab.config import LabConfig, field_doc, load_config, parse_weights
 from grpolab.errors import UserError
 from grpolab.rewards.components import default_weights, letter, standard_names
 
-console = Console(stderr=False, highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# markup and emoji codes are off: what commands print is mostly model, user and data text (prompts, paths, task ids,
+# categories), where "[/x]" would raise MarkupError, "[bold]" vanish and ":o:" become an emoji. Styling goes
+# through rich.text.Text.
+console = Console(stderr=False, highlight=False, soft_wrap=True, markup=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 _LETTERS = ",".join(letter(n) for n in standard_names())
 _DEFAULTS = ",".join(f"{w:g}" for w in default_weights().values())

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json as jsonlib
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from grpolab.cli.options import (
     ConfigOpt,
@@ -45,10 +45,11 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
         run = RunDir(path)
         rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
     elif path.exists():
-        from grpolab.files import MAX_DATA_BYTES, read_user_file
+        from grpolab.files import MAX_DATA_BYTES, check_nesting, read_user_file
 
         fix = "pass a run directory or a `grpolab check --save` report"
         text = read_user_file(path, "calibration report", MAX_DATA_BYTES, fix)
+        check_nesting(text, f"calibration report {path}", fix)
         try:
             rows = jsonlib.loads(text)["dry_run"]["base_episodes"]
         except (ValueError, KeyError, TypeError, RecursionError):
@@ -76,15 +77,25 @@ def _classifiable(row: dict[str, Any]) -> bool:
     return True
 
 
-def _comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Metric rows a simulation can be held against: a step in range, finite numbers only (malformed values of a
-    hand-edited or damaged metrics.jsonl are left out, not a crash)."""
-    keep = []
-    for r in rows:
-        if 1 <= r["step"] <= MAX_SIM_STEPS:
-            values = {k: v for k, v in r.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-            keep.append({**values, "step": r["step"]})
-    return keep
+def comparable_rows(real: Path) -> list[dict[str, Any]]:
+    """Metric rows of a real run a simulation can be held against, read by the report's and the lab's reader
+    (`rundir.snapshot.drawable_metrics`): a step in range, values that are finite and within ±MAX_DRAWN. What was
+    left out is named on stderr; a run with nothing left to compare is a UserError."""
+    from grpolab.rundir import RunDir
+    from grpolab.rundir.snapshot import drawable_metrics
+
+    problems: list[str] = []
+    rows = [r for r in drawable_metrics(RunDir(real), problems) if 1 <= r["step"] <= MAX_SIM_STEPS]
+    for line in problems:
+        err_console.print(f"skipped: {line}")
+    if not rows:
+        raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
+    if not any(key in r for r in rows for key in SIM_TO_REAL):
+        raise UserError(
+            f"{real}/metrics.jsonl has no values to compare with ({', '.join(SIM_TO_REAL)})",
+            "pass a run directory whose metrics.jsonl is intact",
+        )
+    return rows
 
 
 def simulate(
@@ -131,9 +142,7 @@ def simulate(
         str(source) if source else "documented default (the demo's first GRPO step, after SFT seeding)"
     )
     if real is not None:
-        real_rows = _comparable(RunDir(real).metrics())
-        if not real_rows:
-            raise UserError(f"{real} has no metrics.jsonl rows", "pass a run directory that has trained steps")
+        real_rows = comparable_rows(real)
         result["sim_to_real"] = sim_to_real(result, real_rows)
         settings = SimSettings(cfg, steps=max(r["step"] for r in real_rows), runs=runs, lr=lr)
         last = max(real_rows, key=lambda r: r["step"])
@@ -146,7 +155,9 @@ def simulate(
     if json:
         print_json(result)
         return
-    console.print("[bold]simulation[/bold] (behaviour-level policy; class rewards measured with the real reward)")
+    console.print(
+        Text("simulation", style="bold") + " (behaviour-level policy; class rewards measured with the real reward)"
+    )
     for name, c in result["classes"].items():
         console.print(f"  {name:<18} reward {c['reward']:+.2f}   p {c['initial']:.2f} -> {c['final']:.2f}")
     last = result["iterations"][-1]
@@ -155,7 +166,7 @@ def simulate(
         f"tool_call_prob {last[TOOL_CALL_PROB]:.0%}, hack_mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}"
     )
     for warning in result["warnings"]:
-        console.print(f"[bold red]WARNING: {warning}[/bold red]")
+        console.print(Text(f"WARNING: {warning}", style="bold red"))
     if "sim_to_real" in result:
         gap = {k: round(v, 3) for k, v in result["sim_to_real"].items()}
         fit = result["sim_to_real_fitted"]

@@ -75,14 +75,14 @@ def check(
 def _print(report: dict) -> None:
     from rich.text import Text
 
-    # the model may be a user's path: data, never markup
+    # the console prints no markup: the model may be a user's path, task ids and probe names come from data
     head = f" env={report['env']} model={report['model']} weights={report['weights']}"
     console.print(Text("Reward check", style="bold") + Text(head))
     ref = report["dry_run"]["references"][0]
     console.print(f"reference transcript {ref['task_id']}: {ref['total']:+.2f}  {ref['breakdown']}")
     table = Table("probe", "worst task", "score", "honest", "margin", "verdict")
     for p in report["probes"]:
-        verdict = "[red]GAMEABLE[/red]" if p["gameable"] else "[green]below honest[/green]"
+        verdict = Text("GAMEABLE", style="red") if p["gameable"] else Text("below honest", style="green")
         table.add_row(
             p["probe"], p["task_id"], f"{p['score']:+.2f}", f"{p['honest']:+.2f}", f"{p['margin']:+.2f}", verdict
         )
@@ -102,9 +102,11 @@ def _print(report: dict) -> None:
     iso = report.get("isolation")
     if iso:
         color = "green" if iso["level"] == "strong" else "bold red"
-        console.print(f"[{color}]sandbox: {iso['summary']}[/{color}]", markup=True, highlight=False)
+        console.print(Text(f"sandbox: {iso['summary']}", style=color))
         if iso["level"] != "strong":
-            console.print("[bold red]WARNING: model-written code runs with WEAK isolation on this machine[/bold red]")
+            console.print(
+                Text("WARNING: model-written code runs with WEAK isolation on this machine", style="bold red")
+            )
     learn = report["learnability"]
     console.print(
         f"learnability ({learn['prompts']} prompts x G={learn['group_size']}): "

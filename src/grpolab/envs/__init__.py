@@ -61,7 +61,7 @@ def get_env(
 ) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
     if name == "bfcl":
-        env = _bfcl(_checked_data(data), task_kinds)
+        env = _bfcl(data, task_kinds)  # its files are read within grpolab.files' limits
     elif name in BUILTIN:
         env = BUILTIN[name]()
     elif ":" in name:
@@ -106,30 +106,6 @@ def _build(name: str, factory: object) -> Environment:
         what = ", ".join(missing) or "toolbox"
         raise UserError(f"{name!r} gave a {type(env).__name__}, not an environment (it has no {what})", fix)
     return env
-
-
-def _checked_data(data: list[str] | None) -> list[str] | None:
-    """Data files must be regular files within files.MAX_DATA_BYTES (checked before any is parsed)."""
-    import os
-    import stat
-
-    from grpolab.files import MAX_DATA_BYTES, size_text
-
-    for path in data or []:
-        try:
-            info = os.stat(path)
-        except FileNotFoundError:
-            continue  # the environment names the missing file itself
-        except (OSError, ValueError) as exc:
-            raise UserError(f"data file {path} cannot be read ({exc})", "check the paths given to --data") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"data file {path} is not a regular file", "pass BFCL JSON Lines files to --data")
-        if info.st_size > MAX_DATA_BYTES:
-            raise UserError(
-                f"data file {path} is {info.st_size} bytes, over the {size_text(MAX_DATA_BYTES)} limit",
-                "split the file, or pass fewer categories",
-            )
-    return data
 
 
 def env_for(cfg: LabConfig) -> Environment:

@@ -17,7 +17,7 @@ from grpolab.report.html import probe_table
 from grpolab.report.trajectories import trajectory_pair
 from grpolab.rewards.components import letter, standard_names
 from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
-from grpolab.rundir.snapshot import finite, num, section
+from grpolab.rundir.snapshot import drawable, num, section
 from grpolab.trust.behaviour import HACK_CLASSES
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
@@ -83,8 +83,8 @@ def stat_cards(
     starts); kl against its bound; loss, advantage."""
     parts = " | ".join(f"{letter(n)}:{num(last.get(reward_key(n)))}" for n in standard_names())
     kl = last.get(KL)
-    stable = finite(kl) and kl <= kl_bound
-    prior = f"{prior_name} {base_prior:.0%}" if finite(base_prior) else f"{prior_name} unknown"
+    stable = drawable(kl) and kl <= kl_bound
+    prior = f"{prior_name} {base_prior:.0%}" if drawable(base_prior) else f"{prior_name} unknown"
     tcp = last.get(TOOL_CALL_PROB)
     return (
         "<div class='lab-cards'>"
@@ -145,7 +145,7 @@ def run_cards(view: RunSnapshot) -> str:
     base = view.summary.get("base") or view.summary.get("0") or {}
     prior = base.get(HELDOUT_TOOL_CALL_PROB) if isinstance(base, dict) else None
     bound = last.get(KL_BOUND, section(view.config, "grpo").get(KL_BOUND))  # the config field the metric copies
-    bound = bound if finite(bound) else 0.12
+    bound = bound if drawable(bound) else 0.12
     total = section(view.config, "train").get("steps", "?")
     return stat_cards(last, prior, bound, f"{view.path.name}: step {last['step']} of {total}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import io
 from typing import Any
 
@@ -9,13 +10,29 @@ from grpolab.vocabulary import KL_BOUND, is_heldout
 
 
 def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> str:
-    """One small chart of `keys` against `step`; alarm steps shaded; held-out points marked."""
+    """One small chart of `keys` against `step`; alarm steps shaded; held-out points marked. Values matplotlib
+    cannot place (axis ranges that overflow) give a line saying so instead of the chart, never an exception:
+    callers draw rows the snapshot already bounded (`rundir.snapshot.drawable`), so this is the last guard."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(4.6, 2.6), dpi=80)
+    try:
+        _draw(ax, title, keys, rows, alarm_steps)
+        fig.tight_layout()
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg")
+    except (ValueError, OverflowError) as exc:
+        return f"<p class='chart-error'>{html.escape(title)}: cannot be drawn ({html.escape(str(exc))})</p>"
+    finally:
+        plt.close(fig)
+    svg = buf.getvalue()
+    return svg[svg.index("<svg") :]
+
+
+def _draw(ax: Any, title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> None:
     plotted = False
     for key in keys:
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
@@ -31,9 +48,3 @@ def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_ste
     ax.tick_params(labelsize=7)
     if plotted:
         ax.legend(fontsize=6, loc="best")
-    fig.tight_layout()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg")
-    plt.close(fig)
-    svg = buf.getvalue()
-    return svg[svg.index("<svg") :]

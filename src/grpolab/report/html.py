@@ -21,7 +21,7 @@ from grpolab.report.charts import svg_chart
 from grpolab.report.trajectories import page, side_by_side
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir, read_snapshot
-from grpolab.rundir.snapshot import finite, good_probes, num
+from grpolab.rundir.snapshot import drawable, good_probes, num
 from grpolab.vocabulary import (
     CONVERGENCE,
     FRAC_ZERO_STD,
@@ -69,7 +69,7 @@ def shortcut_table(preflight: dict[str, Any]) -> str:
     found = preflight.get("shortcuts")
     rows = []
     for r in found if isinstance(found, list) else []:
-        if not (isinstance(r, dict) and isinstance(r.get("shortcut"), str) and finite(r.get("margin"))):
+        if not (isinstance(r, dict) and isinstance(r.get("shortcut"), str) and drawable(r.get("margin"))):
             continue
         paying = r.get("paying") if isinstance(r.get("paying"), dict) else {}
         pays = ", ".join(f"{html.escape(str(k))} {num(v, '+.3f')}" for k, v in paying.items()) if r.get("paid") else ""

@@ -40,7 +40,7 @@ class Progress:
         """`plain`: one line per step on stdout instead of the bar (default: when stdout or stderr is not a
         terminal)."""
         self.quiet = quiet
-        self.console = Console(stderr=True, highlight=False)
+        self.console = Console(stderr=True, highlight=False, markup=False, emoji=False)  # notes quote paths, data
         self.plain = plain if plain is not None else not (_is_terminal(sys.stdout) and _is_terminal(sys.stderr))
         self._bar: RichProgress | None = None
         self._task: Any = None

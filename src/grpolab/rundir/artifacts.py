@@ -220,8 +220,9 @@ class Artifacts(RunPath):
 
     def heldout_at_start(self) -> float | None:
         """Held-out success before GRPO (eval label "0"), if it was measured."""
-        start = self.eval_summary().get("0", {}).get(HELDOUT_SUCCESS)
-        return float(start) if isinstance(start, (int, float)) else None
+        from grpolab.rundir.snapshot import finite_number  # (snapshot reads through Artifacts)
+
+        return finite_number(self.eval_summary().get("0", {}).get(HELDOUT_SUCCESS))
 
     # ---- stop requests ----
 

@@ -1,8 +1,9 @@
 """The one defensive reader of run directories: a read-only snapshot for the report and the web lab.
 
 `read_snapshot` never raises on what it finds: a missing, damaged or hand-edited file, a malformed row and a
-non-finite value are left out, and each is named in `problems` (the report lists them under "Skipped", the lab
-shows them as warnings). Writers use `RunDir`; nothing here writes.
+value that cannot be drawn (not a finite number, or beyond ±MAX_DRAWN) are left out, and each is named in
+`problems` (the report lists them under "Skipped", the lab shows them as warnings). Files are read within
+`grpolab.files`' limits (`read_json`, `read_jsonl`). Writers use `RunDir`; nothing here writes.
 """
 
 from __future__ import annotations
@@ -18,13 +19,26 @@ from grpolab.vocabulary import ALARMS
 
 MAX_STEP = 2**53
 """Steps beyond this cannot be drawn (floats); a row claiming one is malformed."""
-PROBE_FIELDS = {"probe": str, "task_id": str, "score": (int, float), "honest": (int, float), "breakdown": str}
-"""The fields (and types) a probe row of preflight.json needs to be shown."""
+MAX_DRAWN = 1e15
+"""Values are drawn, shown, summed and compared within ±MAX_DRAWN. No reward, probability, KL, count or time a run
+records comes near it; beyond about 1e307 plot ranges and sums overflow (matplotlib raised on ±1.7e308)."""
+PROBE_FIELDS = {"probe": str, "task_id": str, "score": float, "honest": float, "breakdown": str}
+"""The fields (and types) a probe row of preflight.json needs to be shown (float: a number `drawable` accepts)."""
+EPISODE_NUMBERS = ("tokens", "turns", "total", "valid_calls")
+"""Fields of an episode row that are numbers when present (the classifier compares them)."""
+
+
+def number(x: Any) -> bool:
+    """A real number (int or float, not a bool); it may still be NaN, infinite or beyond a float's range."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def finite(x: Any) -> bool:
-    """A real, finite number (not a bool, not NaN or infinite)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A real number a float holds finitely: not a bool, NaN or infinite, nor an integer beyond a float's range."""
+    try:
+        return number(x) and math.isfinite(x)
+    except OverflowError:  # an int too large for a float (a 400-digit integer in a hand-edited file)
+        return False
 
 
 def finite_number(x: Any) -> float | None:
@@ -32,9 +46,14 @@ def finite_number(x: Any) -> float | None:
     return float(x) if finite(x) else None
 
 
+def drawable(x: Any) -> bool:
+    """A finite number within ±MAX_DRAWN: what the report, the lab and sim-to-real draw, show and compare."""
+    return finite(x) and abs(x) <= MAX_DRAWN
+
+
 def num(x: Any, fmt: str = "+.2f") -> str:
-    """A value as it is shown: formatted when it is a finite number, else "n/a"."""
-    return format(x, fmt) if finite(x) else "n/a"
+    """A value as it is shown: formatted when it can be drawn (`drawable`), else "n/a"."""
+    return format(x, fmt) if drawable(x) else "n/a"
 
 
 def section(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -50,7 +69,7 @@ class RunSnapshot:
     path: Path
     config: dict[str, Any] = field(default_factory=dict)
     metrics: list[dict[str, Any]] = field(default_factory=list)
-    """Drawable metric rows: an integer step in range, finite numbers only, `alarms` only as a mapping."""
+    """Drawable metric rows: an integer step in range, drawable numbers only, `alarms` only as a mapping."""
     evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Showable held-out episode rows by evaluation label (base, then steps)."""
     summary: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -110,7 +129,7 @@ def read_snapshot(path: str | Path) -> RunSnapshot:
 
 
 def drawable_metrics(run: Artifacts, problems: list[str]) -> list[dict[str, Any]]:
-    """metrics.jsonl rows that can be drawn: an integer step in range, finite numbers, alarms as a mapping."""
+    """metrics.jsonl rows that can be drawn: an integer step in range, drawable numbers, alarms as a mapping."""
     lines = 0
     if run.metrics_path.is_file():
         with open(run.metrics_path, "rb") as f:
@@ -119,8 +138,8 @@ def drawable_metrics(run: Artifacts, problems: list[str]) -> list[dict[str, Any]
     for r in run.metrics():
         if isinstance(r["step"], bool) or not 0 <= r["step"] <= MAX_STEP:
             continue
-        clean = {k: v for k, v in r.items() if finite(v) and k != ALARMS}
-        values_dropped += sum(1 for k, v in r.items() if k not in clean and k != ALARMS and isinstance(v, float))
+        clean = {k: v for k, v in r.items() if drawable(v) and k != ALARMS}
+        values_dropped += sum(1 for k, v in r.items() if k not in clean and k != ALARMS and number(v))
         alarms = r.get(ALARMS)
         if isinstance(alarms, dict) and alarms:
             clean[ALARMS] = alarms
@@ -130,18 +149,23 @@ def drawable_metrics(run: Artifacts, problems: list[str]) -> list[dict[str, Any]
     if lines > len(rows):
         problems.append(f"{METRICS_FILE}: {lines - len(rows)} malformed row(s)")
     if values_dropped:
-        problems.append(f"{METRICS_FILE}: {values_dropped} non-finite value(s) left out of the curves")
+        problems.append(
+            f"{METRICS_FILE}: {values_dropped} value(s) not finite or beyond ±{MAX_DRAWN:g} left out of the curves"
+        )
     return rows
 
 
 def showable_episodes(rows: list[dict[str, Any]], name: str, problems: list[str]) -> list[dict[str, Any]]:
-    """Held-out episode rows that can be shown side by side (mappings where mappings belong, a plain task id)."""
+    """Held-out episode rows that can be shown side by side and classified: mappings where mappings belong, a
+    plain task id, numbers where numbers belong."""
     good = [
         r
         for r in rows
         if isinstance(r.get("task_id"), (str, int))
         and isinstance(r.get("components", {}), dict)
         and isinstance(r.get("reasons", {}), dict)
+        and all(number(v) for v in r.get("components", {}).values())
+        and all(number(r[k]) for k in EPISODE_NUMBERS if r.get(k) is not None)
     ]
     if len(good) < len(rows):
         problems.append(f"{name}: {len(rows) - len(good)} malformed episode row(s)")
@@ -152,5 +176,9 @@ def good_probes(preflight: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """The probe rows of a preflight report that have every field with its type, and how many did not."""
     probes = preflight.get("probes")
     probes = probes if isinstance(probes, list) else []
-    good = [p for p in probes if isinstance(p, dict) and all(isinstance(p.get(k), t) for k, t in PROBE_FIELDS.items())]
+    good = [p for p in probes if isinstance(p, dict) and all(_fits(p.get(k), t) for k, t in PROBE_FIELDS.items())]
     return good, len(probes) - len(good)
+
+
+def _fits(value: Any, kind: type) -> bool:
+    return drawable(value) if kind is float else isinstance(value, kind)

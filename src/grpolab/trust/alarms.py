@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.rundir.snapshot import finite, finite_number
 from grpolab.trust.attribution import attribution
 from grpolab.trust.drift import drift_alarms
 from grpolab.vocabulary import (
@@ -64,11 +65,7 @@ def welch_t_stats(a: tuple[float, float, int], b: tuple[float, float, int]) -> f
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
-    return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+    return [v for v in (finite_number(r.get(key)) for r in rows) if v is not None]
 
 
 def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: LabConfig) -> dict[str, str]:
@@ -80,7 +77,7 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
     if isinstance(kl, float) and kl > cfg.grpo.kl_bound:
         alarms[KL_BOUND] = f"kl {kl:.3f} is past the stability bound {cfg.grpo.kl_bound}"
     rewards = _series(history, REWARD_MEAN)
-    scored = [r for r in history if _finite(r.get(REWARD_MEAN)) and _finite(r.get(REWARD_STD))]
+    scored = [r for r in history if finite(r.get(REWARD_MEAN)) and finite(r.get(REWARD_STD))]
     if len(rewards) >= 2 * w.hack_window and len(heldout) >= 2:
         early, recent = rewards[: w.hack_window], rewards[-w.hack_window :]
         if len(scored) >= 2 * w.hack_window:  # episode-level: every episode of the windows is a sample
@@ -124,7 +121,7 @@ class AlarmWatch:
             self._note_heldout(row)
 
     def _note_heldout(self, row: dict[str, Any]) -> None:
-        if _finite(row.get(HELDOUT_SUCCESS)) and isinstance(row.get("step"), int):
+        if finite(row.get(HELDOUT_SUCCESS)) and isinstance(row.get("step"), int):
             self.heldout[row["step"]] = float(row[HELDOUT_SUCCESS])
 
     def check(self, row: dict[str, Any]) -> dict[str, Any]:

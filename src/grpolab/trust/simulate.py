@@ -15,13 +15,15 @@ learning rate, which is why sim-to-real reports its gap instead of claiming a ma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from grpolab.config import LabConfig
-from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, standard_names
+from grpolab.errors import UserError
+from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, default_weights, standard_names
 from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
@@ -59,6 +61,9 @@ classes (empty or dropped thought, hedged answer, code block only) start at the 
 shows whether the weights pay for them, not how soon a real policy stumbles on one."""
 PRIOR_FLOOR = 1e-6
 """Smallest initial probability of a class (a class with prior 0 could never be sampled)."""
+MAX_CLASS_REWARD = 1e15
+"""Largest class reward (weighted sum) simulated: group statistics sum rewards and their squares, and weights of
+1e308 made every curve NaN. A real reward is a few units; this only refuses nonsense."""
 
 
 DEFAULT_RUNS = 16
@@ -185,6 +190,19 @@ def class_rewards(profiles: dict[str, ClassProfile], weights: dict[str, float]) 
     return out
 
 
+def _refuse_huge(table: np.ndarray, weights: dict[str, float]) -> None:
+    """A UserError naming the reward weights when a class reward is not finite or beyond MAX_CLASS_REWARD."""
+    worst = float(np.abs(table).max()) if np.isfinite(table).all() else math.inf
+    if worst > MAX_CLASS_REWARD:
+        given = ", ".join(f"{k} {v:g}" for k, v in weights.items())
+        defaults = ",".join(f"{w:g}" for w in default_weights().values())
+        raise UserError(
+            f"the reward weights ({given}) pay a class {worst:g} per episode, beyond the simulator's "
+            f"{MAX_CLASS_REWARD:g}: its curves would not be finite",
+            f"use weights of a few units, e.g. --weights {defaults} (the defaults)",
+        )
+
+
 def _softmax(z: np.ndarray) -> np.ndarray:
     e = np.exp(z - z.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
@@ -196,7 +214,9 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     weights = cfg.reward.weights
     rng = np.random.default_rng(cfg.seed)
     K, R = len(CLASSES), s.runs
-    table = class_rewards(profiles, weights)  # (K, C + 1)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, which _refuse_huge names
+        table = class_rewards(profiles, weights)  # (K, C + 1)
+    _refuse_huge(table, weights)
     reward = table[:, -1]  # (K,)
     p0 = np.array([max(prior.get(c, 0.0), PRIOR_FLOOR) if profiles[c].reachable else 1e-12 for c in CLASSES])
     p0 = p0 / p0.sum()
@@ -257,6 +277,10 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     curves[SUCCESS] = history @ success
     for i, c in enumerate(CLASSES):  # the same class names as a real run's behaviour fields
         curves[class_key(c)] = history[..., i]
+    if not all(np.isfinite(v).all() for v in curves.values()):
+        raise UserError(
+            f"the simulation is not finite at lr={s.lr:g} (its curves overflow)", "use a smaller --lr, e.g. 0.3"
+        )
     means = {k: v.mean(-1) for k, v in curves.items()}
     bands = {k: np.percentile(v, [10, 90], axis=-1) for k, v in curves.items()}
     iterations = []

@@ -12,7 +12,6 @@ are held out, never trained on. The other categories hold out 20% of ids with a 
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
+from grpolab.files import MAX_DATA_BYTES, read_user_jsonl
 
 PACKAGE = "bfcl-eval"
 PINNED_VERSION = "2026.3.23"
@@ -108,14 +108,13 @@ def package_sources() -> dict[str, Source]:
 def user_source(path: Path) -> Source:
     """A question file the user named, with its possible_answer file beside it (X.possible_answer.json) or in a
     possible_answer/ folder beside it (BFCL's own layout). Files of (ir)relevance tasks need none."""
-    if not path.is_file():
-        raise UserError(f"BFCL data file not found: {path}", "check the path given to --data")
+    rows = read_jsonl(path)  # a missing, special, oversized, too deeply nested or non-finite file stops here
     candidates = [
         path.with_name(path.name.replace(".json", ".possible_answer.json")),
         path.parent / "possible_answer" / path.name,
     ]
     answers = next((c for c in candidates if c.is_file()), None)
-    if answers is None and any(needs_answers(category_of(str(r.get("id", "")))) for r in read_jsonl(path)):
+    if answers is None and any(needs_answers(category_of(str(r.get("id", "")))) for r in rows):
         raise UserError(
             f"no possible_answer file for {path}",
             f"put {candidates[0].name} next to it, or {path.name} in a possible_answer/ folder beside it",
@@ -124,11 +123,10 @@ def user_source(path: Path) -> Source:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """A BFCL JSON Lines file (one object per line)."""
-    try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read BFCL file {path} ({exc})", "pass a BFCL JSON Lines question file")
+    """A BFCL JSON Lines file (one object per line), read within `grpolab.files`' limits for data files (a regular
+    file of at most MAX_DATA_BYTES, lines nested at most MAX_NESTING deep, finite numbers only)."""
+    fix = "pass a BFCL JSON Lines file (check the path given to --data)"
+    rows = read_user_jsonl(path, "BFCL data file", MAX_DATA_BYTES, fix)
     for row in rows:
         if not isinstance(row, dict) or not isinstance(row.get("id"), str):
             raise UserError(
