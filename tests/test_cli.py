@@ -272,6 +272,7 @@ def test_train_demo_and_export_model_print_paths_literally(cli, tmp_path, monkey
     import grpolab.run.loop
 
     out_dir = tmp_path / f"{MARKUP} {LOUD}"
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # '[/x]' holds a slash; no folder is made for the user
     fake = types.SimpleNamespace(
         path=out_dir,
         eval_summary=lambda: {"base": {}, "0": {"heldout/n": 2.0}, "1": {}},
