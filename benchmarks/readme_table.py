@@ -68,6 +68,18 @@ def _step_cost(r: dict) -> str:
     )
 
 
+def _decode_step(d: dict) -> str:
+    v = d["variants"]
+    return (
+        f"{d['rows']} rows x {d['context']} tokens of context: through peft's modules "
+        f"{v['modules']['ms_per_step']:.0f} ms/step ({_pct(v['modules']['fraction_of_bound'])} of its bound), "
+        "fused rollout weights "
+        f"{v['fused']['ms_per_step']:.0f} ms/step ({_pct(v['fused']['fraction_of_bound'])}; building them "
+        f"{d['fused_build_ms']:.0f} ms once per rollout, counted), {d['speedup_fused']:.2f}x; bound "
+        f"{d['bound_ms']:.0f} ms at {d['bandwidth_gbs']:.1f} GB/s read"
+    )
+
+
 def _learning(lr: dict) -> list[str]:
     arms = lr["arms"]
     fig = "; ".join(
@@ -144,6 +156,15 @@ def rows() -> list[str]:
     r = _load("step_cost")
     if r:
         out.append(f"| GRPO step of the demo config, roofline | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
+    r = _load("step_cost_before")
+    if r:
+        out.append(
+            f"| the same, engine before the fused rollout weights (run just before the row above) | {_step_cost(r)} | "
+            f"`{r['command']}` at commit {r.get('commit', '?')} | {r['date']} |"
+        )
+    d = _load("decode_step")
+    if d:
+        out.append(f"| one decode step of the demo's rollout | {_decode_step(d)} | `{d['command']}` | {d['date']} |")
     r = _load("step_cost_int8")
     if r:
         out.append(f"| the same, int8 rollouts | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
