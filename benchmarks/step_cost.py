@@ -1,6 +1,10 @@
 """Roofline profile of a GRPO step of the demo config: where the time goes, and how close each phase is to its bound.
 
     .venv/bin/python benchmarks/step_cost.py [--steps 3] [--sft-steps 20] [--engine exact|int8] [--model smollm2]
+        [--results NAME]
+
+Before and after a change: run it with PYTHONPATH pointing at a checkout of the old code (`--results
+step_cost_before`), then at once without; the JSON records the commit measured.
 
 In one process: (1) this machine's fp32 matmul GFLOP/s and memory bandwidth (copy, read + write), (2) the demo's
 SFT warm start (so episodes look like the demo's: tool calls, ~130 policy tokens), (3) `--steps` GRPO steps of the
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +60,19 @@ def bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     x.uniform_()
     best = min(_time(lambda: x.sum()) for _ in range(repeats))
     return x.numel() * 4 / best / 1e9
+
+
+def _commit() -> str:
+    """The commit of the grpolab being measured (PYTHONPATH may point at another checkout, e.g. the code before a
+    change, measured right before it with this same script)."""
+    import grpolab
+
+    where = Path(grpolab.__file__).resolve().parent
+    out = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(where), "status", "--porcelain", "--", "."], capture_output=True, text=True
+    )
+    return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
 
 
 def _time(fn: Any) -> float:
@@ -139,6 +157,7 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=20)
     ap.add_argument("--engine", default="exact", choices=["exact", "int8"])
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--results", default=None, help="results file name (default step_cost[_ENGINE])")
     args = ap.parse_args()
     peak, bw = matmul_peak(), bandwidth()
     print(json.dumps({"matmul_gflops": round(peak, 1), "bandwidth_gbs": round(bw, 2)}), flush=True)
@@ -183,12 +202,13 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "date": time.strftime("%Y-%m-%d"),
+        "commit": _commit(),
         "command": "python benchmarks/step_cost.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
     }
     RESULTS.mkdir(exist_ok=True)
-    name = "step_cost.json" if args.engine == "exact" else f"step_cost_{args.engine}.json"
-    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
+    name = args.results or ("step_cost" if args.engine == "exact" else f"step_cost_{args.engine}")
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 
