@@ -147,6 +147,26 @@ def test_compare_prints_model_text_literally(cli, monkeypatch):
         assert text in flat, (text, out)
 
 
+def test_compare_html_escapes_the_names_it_titles(cli, monkeypatch, tmp_path):
+    """`--run` and `--against` are user text: in the page's title and heading they are text, never markup."""
+    import grpolab.engine.evaluate
+    import grpolab.engine.policy
+    import grpolab.metrics
+    from grpolab.config import load_config
+
+    row = {"task_id": "t", "prompt": "p", "answer": "1", "text": "x", "breakdown": "F:+1.0"}
+    row["reasons"] = {"completion": "r"}
+    monkeypatch.setattr(grpolab.engine.policy, "load_policy", lambda spec, cfg: (None, None, load_config()))
+    monkeypatch.setattr(grpolab.metrics, "episode_row", lambda e: e)
+    monkeypatch.setattr(grpolab.engine.evaluate, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
+    page = tmp_path / "c.html"
+    code, _, err = cli("compare", "--run", "<img src=x onerror=alert(1)>", "--against", "<b>base", "--html", str(page))
+    assert code == 0, err
+    text = page.read_text()
+    assert "<img" not in text and "<b>base" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text and "&lt;b&gt;base" in text
+
+
 def test_chat_prints_model_text_literally(cli, monkeypatch):
     from grpolab.agent.chat import ChatEvent, ChatSession
 

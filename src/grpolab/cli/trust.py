@@ -143,9 +143,12 @@ def compare(
     left_rows, right_rows = [episode_row(e) for e in left_eps], [episode_row(e) for e in right_eps]
     changes = what_changed(left_rows, right_rows, cfg, env.thought_required, (against, run))
     if target is not None:
+        import html
+
         from grpolab.report.trajectories import page, side_by_side
 
-        body = f"<h1>{against} vs {run}</h1>" + side_by_side(left_rows, right_rows, against, run, limit)
+        body = f"<h1>{html.escape(against)} vs {html.escape(str(run))}</h1>"
+        body += side_by_side(left_rows, right_rows, against, run, limit)
         body += changes_html(changes, [])
         with writing_to(target.named, "--html"):
             write_output(target, page(f"{against} vs {run}", body))
