@@ -285,9 +285,9 @@ def read_user_stream(stream: Any, what: str, limit: int, fix: str) -> str:
     return text
 
 
-def _special(real: str) -> bool:
-    """Whether a resolved path is under /proc, /sys or /dev (files there may never end, or block)."""
-    return any(real == r or real.startswith(r + "/") for r in _SPECIAL_ROOTS)
+def _special(path: str) -> bool:
+    """Whether an absolute path is /proc, /sys or /dev or under one (files there may never end, or block)."""
+    return any(path == r or path.startswith(r + "/") for r in _SPECIAL_ROOTS)
 
 
 def _reason(exc: BaseException) -> str:
@@ -340,10 +340,10 @@ def output_target(path: Path, flag: str) -> OutputTarget:
     except (OSError, ValueError) as exc:  # ENOTDIR (a file on the way), ELOOP, ENAMETOOLONG, a NUL byte...
         raise UserError(f"cannot write {path} ({_reason(exc)})", fix) from None
     chain = _link_chain(path)
-    special = any(_under(p, _SPECIAL_ROOTS) for p in chain)
+    special = any(map(_special, chain))
     if info is None:
         real = Path(os.path.realpath(path))  # a dangling link: where its target would be
-        if special or _under(str(real), _SPECIAL_ROOTS):
+        if special or _special(str(real)):
             raise UserError(f"cannot write {path} (no new file is made under /dev, /proc or /sys)", fix)
         if not real.parent.is_dir():
             folder = real.parent if os.path.islink(path) else Path(path).parent
@@ -431,10 +431,6 @@ def _link_chain(path: Path) -> list[str]:
             break
         p = os.path.join(os.path.dirname(p), os.readlink(p))
     return chain
-
-
-def _under(path: str, roots: tuple[str, ...]) -> bool:
-    return any(path == r or path.startswith(r + "/") for r in roots)
 
 
 def _first_missing(folder: Path) -> Path:
