@@ -51,8 +51,7 @@ class Checkpoints(RunPath):
         return self.warm_start_path
 
     def _write_warm_start_manifest(self) -> None:
-        path = self.warm_start_path
-        entry = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        entry = _file_entry(self.warm_start_path)
         atomic_write_text(self.path / SFT_DIR / MANIFEST_FILE, json.dumps({"files": {TRAINABLE_FILE: entry}}) + "\n")
 
     def warm_start_problem(self) -> str | None:
@@ -190,7 +189,12 @@ def _load_checkpoint(path: Path, model: Any, optimizer: Any | None) -> dict[str,
 def _manifest(folder: Path) -> dict[str, Any]:
     """Size and sha256 of every file of a checkpoint folder (written last, into the folder itself)."""
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
-    return {"files": {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in files}}
+    return {"files": {str(p.relative_to(folder)): _file_entry(p) for p in files}}
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    """A manifest's record of one file: its size and sha256 (what `checkpoint_problem` checks)."""
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 def checkpoint_problem(path: Path) -> str | None:
