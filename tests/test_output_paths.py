@@ -11,6 +11,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -216,11 +217,13 @@ def test_fuzz_output_targets_exit_0_or_2_and_replace_nothing(tmp_path, kind, sta
 
 def test_the_labs_own_runs_folder_is_made_one_level_and_nothing_else(tmp_path, monkeypatch):
     """`--out runs/NAME` (the README's form) works in a fresh clone; any other missing folder is the user's to make."""
-    from grpolab.cli.train import _runs_folder
+    from grpolab.cli.train import _run_out
+    from grpolab.errors import UserError
 
     monkeypatch.chdir(tmp_path)
-    _runs_folder(Path("runs/first"))
+    _run_out(Path("runs/first"))
     assert (tmp_path / "runs").is_dir() and not (tmp_path / "runs" / "first").exists()
-    _runs_folder(Path("other/first"))
-    _runs_folder(Path("deep/runs/first"))
+    for other in ("other/first", "deep/runs/first"):
+        with pytest.raises(UserError, match="mkdir -p"):
+            _run_out(Path(other))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]

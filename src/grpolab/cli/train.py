@@ -40,10 +40,12 @@ RUNS = "runs"
 directory; any other missing folder above a run directory exits 2 (never made from the root down)."""
 
 
-def _runs_folder(out: Path) -> None:
+def _run_out(out: Path) -> None:
+    """Check a run directory's --out before any work: its folder must exist, except the lab's own runs/ (made)."""
     if out.parent == Path(RUNS):
         with suppress(OSError):  # where that fails, creating the run says why
             out.parent.mkdir(exist_ok=True)
+    output_folder(out, "--out")
 
 
 def register(app: typer.Typer) -> None:
@@ -82,8 +84,7 @@ def train(
         return
     if out is None:
         raise UserError("train needs --out DIR (or --resume DIR)", "for example --out runs/first")
-    _runs_folder(out)
-    output_folder(out, "--out")
+    _run_out(out)
     overrides = {"train__steps": steps, "train__sft_steps": sft_steps, "train__backend": backend}
     cfg = resolve_config(config, env, model, seed, weights, **overrides)
     run = run_training(cfg, out, quiet=quiet)
@@ -152,8 +153,7 @@ def demo(
     from grpolab.rundir import RunDir
 
     out = out or DEMO_OUT
-    _runs_folder(out)
-    output_folder(out, "--out")
+    _run_out(out)
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
     if RunDir(out).has_steps():
         out = out.with_name(f"{out.name}-{time.strftime('%Y%m%d-%H%M%S')}")
