@@ -65,16 +65,20 @@ def test_two_trainers_started_together_do_not_interleave(tmp_path, grpolab_proce
     assert steps == [1, 2, 3]
 
 
-def test_a_folder_that_is_not_a_run_is_never_written_into(cli, tmp_path, small_config):
+@pytest.mark.parametrize(
+    "name, text",
+    [("config.json", '{"mine": true}\n'), ("claim.json", '{"claimant": "me"}\n')],  # one run marker alone is not a run
+)
+def test_a_folder_that_is_not_a_run_is_never_written_into(cli, tmp_path, small_config, name, text):
     config = str(small_config(tmp_path))
     mine = tmp_path / "my-project"
     mine.mkdir()
-    (mine / "config.json").write_text('{"mine": true}\n')
+    (mine / name).write_text(text)
     (mine / "notes.txt").write_text("keep\n")
     code, _, err = cli("train", "--model", "tiny", "--steps", "1", "--out", str(mine), "--config", config, "--quiet")
-    assert code == 2 and "is not empty and is not a grpolab run" in one_line(err)
-    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "notes.txt"]
-    assert (mine / "config.json").read_text() == '{"mine": true}\n'
+    assert code == 2 and f"{mine} is not empty and is not a grpolab run" in one_line(err), err
+    assert sorted(p.name for p in mine.iterdir()) == sorted([name, "notes.txt"])
+    assert (mine / name).read_text() == text
 
 
 def test_out_on_a_file_or_an_unwritable_place_exits_2(cli, tmp_path, small_config):

@@ -130,18 +130,6 @@ def test_a_warm_start_is_not_adopted_from_a_damaged_run(run, tmp_path):
     assert list((tmp_path / "new").iterdir()) == []
 
 
-def test_a_folder_with_a_foreign_claim_json_is_not_a_run(cli, tmp_path, small_config):
-    config = str(small_config(tmp_path))
-    mine = tmp_path / "my-project"
-    mine.mkdir()
-    (mine / "claim.json").write_text('{"claimant": "me"}\n')
-    (mine / "notes.txt").write_text("keep\n")
-    code, _, err = cli("train", "--model", "tiny", "--steps", "1", "--out", str(mine), "--config", config, "--quiet")
-    assert code == 2 and f"{mine} is not empty and is not a grpolab run" in one_line(err), err
-    assert sorted(p.name for p in mine.iterdir()) == ["claim.json", "notes.txt"]
-    assert (mine / "claim.json").read_text() == '{"claimant": "me"}\n'
-
-
 def test_resume_refuses_a_folder_that_only_holds_a_config_json(cli, run, tmp_path):
     mine = tmp_path / "my-project"
     mine.mkdir()
