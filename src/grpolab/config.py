@@ -70,6 +70,11 @@ class RolloutConfig(_Section):
     tool_syntax: Literal["auto", "hermes", "llama3"] = "auto"
     """With format = chat_template: how the model writes calls (hermes: <tool_call> JSON blocks; llama3: the turn
     is one {"name", "parameters"} object); auto reads it from the template."""
+    stop_at_answer: bool = True
+    """End an episode where the environment says its final answer ends (finance, arithmetic: with the first
+    sentence after a tool response that states a number, as their instructions ask), instead of letting it ramble
+    on to max_new_tokens; the token that opens the next sentence is not kept. Environments that declare no end
+    (code, bfcl, most user environments) are unaffected. Applies to training rollouts, evaluation and chat."""
     engine: Literal["exact", "int8"] = "exact"
     """exact: rollouts sample from the policy itself; int8: from a copy whose base linear layers are dynamic W8A8
     (int8 weights per output channel, activations quantised to int8 per call; engine/sampler.py), about 4x less

@@ -20,6 +20,7 @@ from typing import Any, Literal
 TAGS = ("thought", "tool_call", "tool_response")
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+THOUGHT_OPEN, THOUGHT_CLOSE = "<thought>", "</thought>"
 _TAG_RE = re.compile(r"<(/?)(thought|tool_call|tool_response)>")
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|$)", re.S | re.I)
 _PYTHON_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.I)
@@ -169,7 +170,7 @@ def render_tool_response(response: dict[str, Any]) -> str:
 
 
 def render_thought(text: str) -> str:
-    return f"<thought>{text}</thought>\n"
+    return f"{THOUGHT_OPEN}{text}{THOUGHT_CLOSE}\n"
 
 
 def response_json(segment_text: str) -> Any:

@@ -90,19 +90,29 @@ class ChatSettings:
     format: str = "inline"
     """The run's rollout.format: the lab's inline protocol or the model's chat template."""
     tool_syntax: str = "auto"
+    stop_at_answer: bool = RolloutConfig.model_fields["stop_at_answer"].default
+    """The run's rollout.stop_at_answer: the reply ends where the environment says its answer ends."""
 
     @classmethod
     def from_config(cls, cfg: LabConfig, **overrides: Any) -> ChatSettings:
         """The run's rollout limits and format; sampling stays greedy unless overridden."""
         r = cfg.rollout
         base = cls(r.max_new_tokens, r.max_turns, seed=cfg.seed, format=r.format, tool_syntax=r.tool_syntax)
+        base = replace(base, stop_at_answer=r.stop_at_answer)
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
     def sampling(self) -> SamplingSettings:
         greedy = self.temperature <= 0
         temperature = 1.0 if greedy else self.temperature
         return SamplingSettings(
-            self.max_new_tokens, self.max_turns, temperature, self.top_p, self.format, self.tool_syntax, greedy
+            self.max_new_tokens,
+            self.max_turns,
+            temperature,
+            self.top_p,
+            self.format,
+            self.tool_syntax,
+            greedy,
+            stop_at_answer=self.stop_at_answer,
         )
 
 

@@ -31,7 +31,7 @@ from grpolab.engine.phases import NO_PHASES, Phases
 from grpolab.envs.base import Environment, Task
 from grpolab.formats import ChatTemplateFormat, InlineFormat, episode_format
 from grpolab.models import cache_keyword, cache_of
-from grpolab.protocol import TOOL_CALL_CLOSE
+from grpolab.protocol import THOUGHT_CLOSE, THOUGHT_OPEN, TOOL_CALL_CLOSE
 from grpolab.rewards.replay import respond_to_call
 from grpolab.rewards.score import Score
 
@@ -56,6 +56,9 @@ class Episode:
     """Index in completion_ids where the current policy turn began."""
     tail: str = ""
     """The last characters of the policy's text (where `</tool_call>` is looked for)."""
+    said: str = ""
+    """The policy's text of the current turn after a tool response (where the environment's answer end is looked
+    for, `rollout.stop_at_answer`)."""
     log: list[tuple[str, Any]] = field(default_factory=list)
     """Finished assistant turns and tool results, for chat-template episodes (`grpolab.formats`)."""
 
@@ -78,13 +81,15 @@ class SamplingSettings:
     greedy: bool = False
     min_new_tokens: int = 0
     """Stop tokens are masked out until an episode has this many policy tokens (benchmarks: equal-length steps)."""
+    stop_at_answer: bool = False
+    """`rollout.stop_at_answer`: end the episode where the environment says its final answer ends."""
 
 
 def sampling_settings(cfg: LabConfig, greedy: bool = False, **overrides: Any) -> SamplingSettings:
     """The rollout section of the lab config as sampling settings (greedy for evaluation)."""
     r = cfg.rollout
     settings = SamplingSettings(r.max_new_tokens, r.max_turns, r.temperature, r.top_p, r.format, r.tool_syntax, greedy)
-    return replace(settings, **overrides)
+    return replace(settings, stop_at_answer=r.stop_at_answer, **overrides)
 
 
 def prompt_ids(tokenizer: Any, env: Environment, task: Task, fmt: Any = None) -> list[int]:
@@ -116,6 +121,24 @@ def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator 
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 
 
+def answer_end_in_turn(env: Environment, turn: str) -> int | None:
+    """Where the final answer ends in the policy's text of a turn after a tool response (`env.answer_end`), or
+    None. The answer is the text after the turn's thought: a turn that opens a thought counts only once the thought
+    is closed, and text holding a tag (a call under way) is never an answer."""
+    text = turn.lstrip()
+    start = len(turn) - len(text)
+    if text.startswith(THOUGHT_OPEN):
+        close = text.find(THOUGHT_CLOSE)
+        if close < 0:
+            return None
+        start += close + len(THOUGHT_CLOSE)
+    answer = turn[start:]
+    if "<" in answer:
+        return None
+    end = env.answer_end(answer)
+    return None if end is None else start + end
+
+
 class TurnRules:
     """What happens after each sampled token: stop, go on, or run the tool call the token just closed."""
 
@@ -127,6 +150,7 @@ class TurnRules:
         self.stops = self.fmt.stops
         self.pieces: dict[int, str] = {}
         self.close_char = TOOL_CALL_CLOSE[-1]
+        self.answer_rule = s.stop_at_answer and env.executes_tools
 
     def piece(self, token: int) -> str:
         text = self.pieces.get(token)
@@ -145,6 +169,9 @@ class TurnRules:
             e.done, e.stop_reason = True, "eos"
             return []
         piece = self.piece(token)
+        if self.answer_rule and e.turns and self._answer_over(e, piece):
+            e.done, e.stop_reason = True, "answer"
+            return []
         e.tail = (e.tail + piece)[-len(TOOL_CALL_CLOSE) - 8 :]
         if self.env.executes_tools and self.close_char in piece and self.fmt.closes_call(e.tail):
             return self._splice(e, token)
@@ -152,6 +179,20 @@ class TurnRules:
             e.done, e.stop_reason = True, "budget"
             return []
         return [token]
+
+    def _answer_over(self, e: Episode, piece: str) -> bool:
+        """Whether the final answer ended with this token or just before it (then the token is taken back: it opens
+        the rambling)."""
+        before = len(e.said)
+        e.said += piece
+        end = answer_end_in_turn(self.env, e.said)
+        if end is None:
+            return False
+        if end <= before:
+            e.completion_ids.pop()
+            e.mask.pop()
+            e.logprobs.pop()
+        return True
 
     def _turn_text(self, e: Episode) -> str:
         return self.tokenizer.decode([t for t in e.completion_ids[e.turn_start :] if t not in self.stops])
@@ -167,7 +208,7 @@ class TurnRules:
         e.completion_ids += response
         e.mask += [0] * len(response)
         e.logprobs += [0.0] * len(response)
-        e.turn_start, e.tail = len(e.completion_ids), ""
+        e.turn_start, e.tail, e.said = len(e.completion_ids), "", ""
         return [token, *response]
 
     def _respond(self, e: Episode) -> list[int] | None:

@@ -6,7 +6,7 @@ import random
 
 from grpolab.calculator import calculate
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
-from grpolab.envs.numeric import numbers_in, numeric_verdict
+from grpolab.envs.numeric import numbered_sentence_end, numbers_in, numeric_verdict
 from grpolab.tools import Tool, ToolBox, calculator
 
 TASKS_PER_SPLIT = {"train": 200, "heldout": 50}
@@ -65,6 +65,11 @@ class ArithmeticEnv(Environment):
             reference_answer=f"The result is {value:.2f}.",
             meta={"expression": expr},
         )
+
+    def answer_end(self, answer: str) -> int | None:
+        """The instructions ask for one sentence with the result: the answer ends with the first sentence that
+        states a number."""
+        return numbered_sentence_end(answer)
 
     def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
         context = numbers_in(evidence.prompt) + [n for _, args in evidence.calls for n in numbers_in(args)]

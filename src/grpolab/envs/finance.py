@@ -15,7 +15,7 @@ from typing import Any
 from rank_bm25 import BM25Okapi
 
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
-from grpolab.envs.numeric import numbers_in, numeric_verdict
+from grpolab.envs.numeric import numbered_sentence_end, numbers_in, numeric_verdict
 from grpolab.tools import Tool, ToolBox, calculator
 
 CORPUS_SEED = 20251
@@ -261,6 +261,11 @@ class FinanceEnv(Environment):
                 f"${abs(diff):.2f} per share (EPS ${r.eps:.2f} vs estimate ${r.eps_estimate:.2f})."
             ),
         )
+
+    def answer_end(self, answer: str) -> int | None:
+        """The instructions ask for one sentence with the result: the answer ends with the first sentence that
+        states a number."""
+        return numbered_sentence_end(answer)
 
     def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
         context = numbers_in(evidence.prompt)

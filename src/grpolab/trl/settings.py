@@ -107,6 +107,7 @@ MAPPED: dict[str, str] = {
     "rollout.top_p": "top_p and the lab rollout",
     "rollout.format": "the lab rollout and its prompts",
     "rollout.tool_syntax": "the lab rollout",
+    "rollout.stop_at_answer": "the lab rollout",
     "grpo.learning_rate": "learning_rate",
     "grpo.beta": "beta",
     "grpo.epsilon": "epsilon",

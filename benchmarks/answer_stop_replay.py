@@ -1,0 +1,106 @@
+"""What `rollout.stop_at_answer` would have changed in recorded runs: the rule applied to their transcripts.
+
+    .venv/bin/python benchmarks/answer_stop_replay.py RUN_DIR [RUN_DIR ...] [--results NAME]
+
+For every recorded episode (training samples in episodes.jsonl, greedy held-out answers in eval/*.jsonl) of runs
+made without the rule, cut the final turn where the environment says the answer ends (the same function the rollout
+calls, `grpolab.engine.rollout.answer_end_in_turn`) and score the cut transcript again with the run's scorer.
+Reported per source: how many episodes the rule would end early, the policy tokens it would save, and completion
+(the verifier) before and after the cut, with the episodes it turns to solved and to failed. This is an offline estimate: a policy trained with the rule would also
+sample differently after the answer (it never sees the rambling it no longer pays for). No model runs; seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from grpolab.engine.rollout import answer_end_in_turn
+from grpolab.envs import env_for
+from grpolab.models import load_tokenizer
+from grpolab.protocol import TOOL_RESPONSE_CLOSE
+from grpolab.rewards.score import score_transcript
+from grpolab.rundir import RunDir
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def cut(env: Any, text: str) -> str | None:
+    """The transcript ended where the rule would have ended it, or None where the rule would not fire."""
+    at = text.rfind(TOOL_RESPONSE_CLOSE)
+    if at < 0:
+        return None
+    head, turn = text[: at + len(TOOL_RESPONSE_CLOSE)], text[at + len(TOOL_RESPONSE_CLOSE) :]
+    end = answer_end_in_turn(env, turn)
+    return None if end is None or end >= len(turn.rstrip()) else head + turn[:end]
+
+
+def replay(rows: list[dict[str, Any]], env: Any, cfg: Any, tok: Any) -> dict[str, Any]:
+    n = fired = saved = before = after = gained = lost = 0
+    for row in rows:
+        task = env.task(row["task_id"])
+        solved = (row.get("components") or {}).get("completion") == 1.0
+        n += 1
+        before += solved
+        short = cut(env, row["text"])
+        if short is None:
+            after += solved
+            continue
+        fired += 1
+        rest = row["text"][len(short) :]
+        saved += len(tok(rest, add_special_tokens=False)["input_ids"])
+        score = score_transcript(
+            env,
+            task,
+            short,
+            cfg.reward.weights,
+            cfg.reward.length_unit,
+            count_tokens=len,
+            thought_min_words=cfg.reward.thought_min_words,
+        )
+        now = score.components.get("completion") == 1.0
+        after += now
+        gained += now and not solved
+        lost += solved and not now
+    return {
+        "episodes": n,
+        "ended_early": fired,
+        "tokens_saved": saved,
+        "solved_before": before,
+        "solved_after": after,
+        "gained": gained,
+        "lost": lost,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--results", default="answer_stop_replay")
+    args = parser.parse_args()
+    tok = None
+    out: dict[str, Any] = {}
+    for path in args.runs:
+        run = RunDir(path)
+        cfg = run.read_config()
+        env = env_for(cfg)
+        tok = tok or load_tokenizer(cfg.model)
+        sources = {"train": run.episodes()}
+        labels = run.eval_labels()
+        if labels:
+            sources[f"eval@{labels[-1]}"] = run.eval_rows(labels[-1])
+        out[path.name] = {name: replay(rows, env, cfg, tok) for name, rows in sources.items()}
+        for name, r in out[path.name].items():
+            print(
+                f"{path.name:>16} {name:>8}: {r['ended_early']:3d}/{r['episodes']} ended early, "
+                f"{r['tokens_saved']} tokens saved, solved {r['solved_before']} -> {r['solved_after']} "
+                f"(+{r['gained']} -{r['lost']})"
+            )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.results}.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

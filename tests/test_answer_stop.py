@@ -1,0 +1,89 @@
+"""`rollout.stop_at_answer`: an episode ends with the answer sentence the environment declares, not at the budget."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from grpolab.config import load_config
+from grpolab.engine import rollout
+from grpolab.engine.policy import build_policy
+from grpolab.engine.sft import reference_tokens
+from grpolab.envs.numeric import numbered_sentence_end
+from grpolab.protocol import parse_transcript
+from grpolab.rewards.score import score_transcript
+
+ACME = "ACME's stock changed by 14.17% in Q3 (from $120.00 to $137.00)."
+
+
+@pytest.mark.parametrize(
+    "text,end",
+    [
+        (ACME + " This close is about $137 - $2", len(ACME)),
+        (ACME, None),  # no whitespace after the point yet: the next token may still be a digit
+        ("The result is 14.", None),
+        ("The result is 14.17", None),
+        ("The result is 14.17%\nand more", len("The result is 14.17%")),
+        ("Done. The result is 42! Then", len("Done. The result is 42!")),
+        ("I looked it up. It went up.\n", None),  # no number stated: not an answer yet
+    ],
+)
+def test_the_answer_ends_with_the_first_sentence_that_states_a_number(text, end):
+    assert numbered_sentence_end(text) == end
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = load_config(None, {"model": "tiny", "rollout.max_new_tokens": 400})
+    model, tok, _ = build_policy(cfg)
+    return cfg, model, tok
+
+
+def _forced(tok, env, task, answer):
+    """Teacher forcing: the reference calls and responses, then `answer` as the final turn (a literal rambling)."""
+    task = replace(task, reference_answer=answer)
+    _, ids, _ = reference_tokens(tok, env, task)
+
+    def choose(episodes, logits):
+        picked = torch.tensor([ids[len(e.completion_ids)] for e in episodes])
+        return picked, torch.log_softmax(logits, -1).gather(-1, picked[:, None]).squeeze(-1)
+
+    return choose
+
+
+RAMBLING = ACME + " This close is about 5% above the 131.5 average, so maybe 15%."
+
+
+@pytest.mark.parametrize("stop_at_answer", [True, False])
+def test_a_rambling_answer_is_cut_after_its_sentence_and_scored_on_it(tiny, finance, stop_at_answer):
+    cfg, model, tok = tiny
+    task = finance.task("pct_change-ACME-Q3")
+    s = replace(rollout.sampling_settings(cfg, greedy=True), stop_at_answer=stop_at_answer)
+    [e] = rollout.run_episodes(model, tok, finance, [task], 1, s, choose=_forced(tok, finance, task, RAMBLING))
+    assert e.turns == 2  # the thought + call turns after the first response were never cut
+    answer = parse_transcript(e.text).final_answer
+    score = score_transcript(finance, task, e.text, count_tokens=len)
+    if stop_at_answer:
+        assert e.stop_reason == "answer" and answer == ACME  # " This" opened the rambling and was taken back
+        assert len(e.completion_ids) == len(e.mask) == len(e.logprobs)
+        assert score.components["completion"] == 1.0, score.reasons
+    else:
+        assert e.stop_reason == "eos" and answer == RAMBLING
+        assert score.components["completion"] == 0.0 and "hedged" in score.reasons["completion"]
+
+
+def test_a_number_inside_the_final_thought_does_not_end_the_answer(tiny, finance):
+    cfg, model, tok = tiny
+    task = finance.task("pct_change-ACME-Q3")
+    final = "<thought>The tool says 14.17. Now I answer.</thought>\n" + ACME + " More"
+    s = rollout.sampling_settings(cfg, greedy=True)
+    assert s.stop_at_answer  # the default
+    [e] = rollout.run_episodes(model, tok, finance, [task], 1, s, choose=_forced(tok, finance, task, final))
+    assert e.stop_reason == "answer" and e.text.endswith(ACME)
+
+
+def test_the_code_env_declares_no_answer_end():
+    """Its answer is a code block, which a sentence with a number must not cut."""
+    from grpolab.envs import get_env
+
+    assert get_env("code").answer_end("The result is 14.17. More") is None
