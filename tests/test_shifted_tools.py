@@ -180,3 +180,51 @@ def test_eval_with_a_model_on_the_shifted_env(cli):
     code, out, err = cli("eval", "--env", "finance_shifted", "--model", "tiny", "--limit", "1", "--json")
     assert code == 0, err
     assert json.loads(out)["env"] == "finance_shifted"
+
+
+@pytest.fixture()
+def fake_run(monkeypatch, tmp_path):
+    """`eval --run` on a run trained on `finance` (its config.json; the tiny model stands in for its checkpoint);
+    the policy's loading and the env that evaluate is handed are recorded."""
+    import grpolab.engine.evaluate
+    import grpolab.engine.policy
+    from grpolab.config import load_config
+    from grpolab.models import load_model
+
+    cfg = load_config(None, {"model": "tiny", "env": "finance", "rollout.max_new_tokens": 12})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(cfg.model_dump_json())
+    seen: list[str] = []
+
+    def load_run_policy(path, notes):
+        seen.append("policy loaded")
+        return (*load_model("tiny", seed=0), cfg, 2)
+
+    monkeypatch.setattr(grpolab.engine.policy, "load_run_policy", load_run_policy)
+    real = grpolab.engine.evaluate.evaluate
+
+    def evaluate(model, tokenizer, env, cfg, split, limit):
+        seen.append(env.name)
+        return real(model, tokenizer, env, cfg, split, limit)
+
+    monkeypatch.setattr(grpolab.engine.evaluate, "evaluate", evaluate)
+    return run, seen
+
+
+def test_eval_of_a_run_honours_env(cli, fake_run):
+    run, seen = fake_run
+    code, out, err = cli("eval", "--run", str(run), "--env", "finance_shifted", "--limit", "1", "--json")
+    assert code == 0, err
+    assert seen == ["policy loaded", "finance_shifted"] and json.loads(out)["env"] == "finance_shifted"
+    assert "trained on finance" in err and "finance_shifted" in err
+    code, out, _ = cli("eval", "--run", str(run), "--limit", "1", "--json")  # without --env: the run's own
+    assert code == 0 and seen[-1] == "finance" and json.loads(out)["env"] == "finance"
+
+
+def test_eval_of_a_run_on_an_unknown_env_exits_2_before_loading_the_policy(cli, fake_run):
+    run, seen = fake_run
+    code, _, err = cli("eval", "--run", str(run), "--env", "nope", "--limit", "1")
+    assert code == 2 and "unknown env 'nope'" in err and seen == []
+    code, _, err = cli("eval", "--run", str(run), "--env", "arithmetic", "--category", "pct_change", "--limit", "1")
+    assert code == 2 and "unknown task kind 'pct_change' for env 'arithmetic'" in err and seen == []
