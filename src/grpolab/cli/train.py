@@ -98,7 +98,10 @@ def eval_(
     model: ModelOpt = None,
     seed: SeedOpt = None,
     weights: WeightsOpt = None,
-    run: Annotated[Path | None, typer.Option("--run", help="Evaluate this run's latest checkpoint.")] = None,
+    run: Annotated[
+        Path | None,
+        typer.Option("--run", help="Evaluate this run's latest checkpoint (on the run's env, or on --env's)."),
+    ] = None,
     split: Annotated[str, typer.Option("--split", help="train, heldout or all.")] = "heldout",
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Tasks to evaluate.")] = None,
     data: Annotated[
@@ -110,29 +113,39 @@ def eval_(
     ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity."""
+    """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity.
+
+    With --run, the run's policy is evaluated under the run's own config; --data, --category and --env change
+    only what it is evaluated on (e.g. `--env finance_shifted`: the finance tasks behind tools it never saw)."""
     from grpolab.engine.evaluate import evaluate
     from grpolab.engine.policy import load_run_policy
     from grpolab.envs import env_for
+    from grpolab.rundir import RunDir
 
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
-        skipped: list[str] = []
-        policy, tokenizer, cfg, _ = load_run_policy(run, skipped)
-        for line in skipped:
-            err_console.print(line, markup=False, soft_wrap=True)
+        cfg = RunDir(run).read_config()
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
         if category:  # or on other categories (e.g. BFCL's live_* ones, never trained on)
             cfg.task_kinds = list(category)
+        if env and env != cfg.env:  # or on another env's tasks (finance_shifted: the same tasks, new tools)
+            err_console.print(f"evaluating {run} (trained on {cfg.env}) on env {env}", markup=False, soft_wrap=True)
+            cfg.env = env
+        environment = env_for(cfg)  # a bad --env, --data or --category is refused before the policy loads
+        skipped: list[str] = []
+        policy, tokenizer, _, _ = load_run_policy(run, skipped)
+        for line in skipped:
+            err_console.print(line, markup=False, soft_wrap=True)
     else:
         files = [str(d) for d in data] if data else None
         cfg = resolve_config(config, env, model, seed, weights, data=files, task_kinds=category or None)
+        environment = env_for(cfg)
         from grpolab.models import load_model
 
         policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
-    summary, episodes = evaluate(policy, tokenizer, env_for(cfg), cfg, split, limit)  # type: ignore[arg-type]
+    summary, episodes = evaluate(policy, tokenizer, environment, cfg, split, limit)  # type: ignore[arg-type]
     if json:
         print_json({"model": cfg.model, "env": cfg.env, "split": split, **summary})
         return

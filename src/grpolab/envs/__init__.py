@@ -26,6 +26,12 @@ def _finance() -> Environment:
     return FinanceEnv()
 
 
+def _finance_shifted() -> Environment:
+    from grpolab.envs.finance import FinanceEnv
+
+    return FinanceEnv(shifted=True)  # the finance tasks behind renamed tools: evaluation on unseen tools
+
+
 def _arithmetic() -> Environment:
     from grpolab.envs.arithmetic import ArithmeticEnv
 
@@ -46,6 +52,7 @@ def _code() -> Environment:
 
 BUILTIN: dict[str, Callable[[], Environment]] = {
     "finance": _finance,
+    "finance_shifted": _finance_shifted,
     "arithmetic": _arithmetic,
     "bfcl": _bfcl,
     "code": _code,

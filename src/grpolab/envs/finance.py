@@ -2,6 +2,12 @@
 
 The facts are generated (fixed corpus seed), so a model cannot answer from memory: it has to look the report up
 and compute. Train and held-out splits are disjoint by company (10 of 48 companies held out).
+
+`finance_shifted` (`FinanceEnv(shifted=True)`) asks the same tasks through tools a policy trained on `finance` never
+saw: `lookup_filing(company_and_period)` answers a JSON object of named fields instead of a prose line, and
+`evaluate_math(formula)` answers `{"value": ...}` instead of `{"result": ...}`; the descriptions are reworded and
+the system prompt lists these tools only. Task ids, splits, ground truth, the 404/300 rules of the search and the
+verifier are the same; the reference solutions call the new tools.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 
 from rank_bm25 import BM25Okapi
 
+from grpolab.calculator import CalculatorError, calculate
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
 from grpolab.envs.numeric import numbered_sentence_end, numbers_in, numeric_verdict
 from grpolab.tools import Tool, ToolBox, calculator
@@ -98,6 +105,21 @@ class QuarterReport:
             f"Baseline price ${self.baseline:.2f}, close ${self.close:.2f}."
         )
 
+    @property
+    def filing(self) -> dict[str, Any]:
+        """The report as `lookup_filing` (finance_shifted) answers it: the same facts as named fields."""
+        return {
+            "ticker": self.ticker,
+            "company": self.company,
+            "period": f"Q{self.quarter} {YEAR}",
+            "revenue_usd_billions": self.revenue_b,
+            "eps": self.eps,
+            "eps_consensus": self.eps_estimate,
+            "eps_vs_consensus": self.verdict,
+            "baseline_price": self.baseline,
+            "close_price": self.close,
+        }
+
 
 def build_corpus() -> list[QuarterReport]:
     """48 companies x 4 quarters; ACME Q3 is the fixed example the prompts and docs use ($120 -> $137, revenue
@@ -128,10 +150,50 @@ def build_corpus() -> list[QuarterReport]:
     return reports
 
 
-def calculation(expression: str) -> tuple[str, dict[str, str]]:
-    """A reference calculator call that rounds inside the tool, as the instructions ask (so an imitating model
-    copies the rounded digits instead of truncating the unrounded ones)."""
-    return ("calculator", {"expression": f"round({expression}, 2)"})
+def evaluate_math(formula: str) -> dict[str, Any]:
+    """Compute the value of a numeric formula without rounding unless asked, e.g. a ratio as (a - b) / b * 100.
+
+    Args:
+        formula: Numbers joined by + - * / ** with brackets; round(x, 2) rounds, e.g. "round((9 - 6) / 6 * 100, 2)".
+    """
+    try:
+        return {"value": round(calculate(formula), 10)}
+    except CalculatorError as exc:
+        return {"error": str(exc)}
+
+
+@dataclass(frozen=True)
+class _Surface:
+    """What a policy sees of the finance tools: their names and argument names, and the instructions."""
+
+    search: str
+    search_arg: str
+    calc: str
+    calc_arg: str
+    description: str
+    instructions: str
+
+
+_ORIGINAL = _Surface(
+    "financial_search",
+    "query",
+    "calculator",
+    "expression",
+    "Fictional companies' quarterly reports: financial_search + calculator; % change, growth, EPS beat/miss",
+    "You are a financial analyst agent. Facts about companies are only available through financial_search; "
+    "compute every number with calculator, rounded to two decimals inside it: round(EXPRESSION, 2). Answer in "
+    "one sentence with that result.",
+)
+_SHIFTED = _Surface(
+    "lookup_filing",
+    "company_and_period",
+    "evaluate_math",
+    "formula",
+    "The finance tasks behind renamed tools (lookup_filing + evaluate_math) with JSON filings: a tool-shift test",
+    "You answer questions about company filings. Get every fact with lookup_filing (one company and quarter per "
+    "lookup) and work out every number with evaluate_math, rounding to two decimals inside the formula: "
+    "round(FORMULA, 2). Reply with one sentence that states the result.",
+)
 
 
 def _tokens(text: str) -> list[str]:
@@ -139,24 +201,28 @@ def _tokens(text: str) -> list[str]:
 
 
 class FinanceEnv(Environment):
-    name = "finance"
-    description = (
-        "Fictional companies' quarterly reports: financial_search + calculator; % change, growth, EPS beat/miss"
-    )
-    instructions = (
-        "You are a financial analyst agent. Facts about companies are only available through financial_search; "
-        "compute every number with calculator, rounded to two decimals inside it: round(EXPRESSION, 2). Answer in "
-        "one sentence with that result."
-    )
+    """The finance environment; `shifted=True` is `finance_shifted` (see the module's docstring)."""
 
-    def __init__(self, task_kinds: list[str] | None = None):
+    name = "finance"
+    description = _ORIGINAL.description
+    instructions = _ORIGINAL.instructions
+
+    def __init__(self, task_kinds: list[str] | None = None, shifted: bool = False):
+        self.shifted = shifted
+        self._surface = _SHIFTED if shifted else _ORIGINAL
+        if shifted:
+            self.name = "finance_shifted"
+        self.description, self.instructions = self._surface.description, self._surface.instructions
         self.corpus = build_corpus()
         self._bm25 = BM25Okapi([_tokens(r.text) for r in self.corpus])
         self._company_words = {
             w: r.ticker for r in self.corpus for w in (r.ticker.lower(), r.company.split()[0].lower())
         }
         """Words that name a company (its ticker, its first name) -> its ticker; the search answers only those."""
-        self.toolbox = ToolBox([Tool(self.financial_search), Tool(calculator)])
+        if shifted:
+            self.toolbox = ToolBox([Tool(self.lookup_filing), Tool(evaluate_math)])
+        else:
+            self.toolbox = ToolBox([Tool(self.financial_search), Tool(calculator)])
         self.task_kinds = task_kinds or ["pct_change", "revenue_growth", "eps_surprise"]
         acme = self.report("ACME", 3)
         self.example = "User: By what percent did ACME stock change in Q3?\n" + self.reference_transcript(
@@ -169,15 +235,48 @@ class FinanceEnv(Environment):
         Args:
             query: Keywords such as a ticker and a quarter, e.g. "ACME Q3".
         """
+        found = self._find(query)
+        if isinstance(found, QuarterReport):
+            return {"status": 200, "result": found.text}
+        status, problem = found
+        if status == 300:
+            problem += "; search one at a time"
+        return {"status": status, "result": problem}
+
+    def lookup_filing(self, company_and_period: str) -> dict[str, Any]:
+        """Fetch one company's quarterly filing as named fields (revenue, EPS against consensus, prices).
+
+        Args:
+            company_and_period: The company's ticker or name and the quarter, e.g. "FALC Q2".
+        """
+        found = self._find(company_and_period)
+        if isinstance(found, QuarterReport):
+            return {"status": 200, "filing": found.filing}
+        status, problem = found
+        if status == 300:
+            problem += "; look up one company at a time"
+        return {"status": status, "message": problem.replace("no report", "no filing")}
+
+    def _find(self, query: str) -> QuarterReport | tuple[int, str]:
+        """The best-ranked report of the one company the query names, or (404 or 300, why not)."""
         tokens = _tokens(query)[:50]
         named = sorted({self._company_words[t] for t in tokens if t in self._company_words})
         if not named:  # ranking every page by shared words would hand back another company's numbers
-            return {"status": 404, "result": "no report: name a company by its ticker, e.g. ACME Q3"}
+            return 404, "no report: name a company by its ticker, e.g. ACME Q3"
         if len(named) > 1:
-            return {"status": 300, "result": f"ambiguous: the query names {', '.join(named)}; search one at a time"}
+            return 300, f"ambiguous: the query names {', '.join(named)}"
         scores = self._bm25.get_scores(tokens)
         pages = [i for i, r in enumerate(self.corpus) if r.ticker == named[0]]
-        return {"status": 200, "result": self.corpus[max(pages, key=lambda i: scores[i])].text}
+        return self.corpus[max(pages, key=lambda i: scores[i])]
+
+    def _search_call(self, r: QuarterReport) -> tuple[str, dict[str, str]]:
+        """A reference lookup of one report, under this env's tool and argument names."""
+        return (self._surface.search, {self._surface.search_arg: f"{r.ticker} Q{r.quarter}"})
+
+    def _calculation(self, expression: str) -> tuple[str, dict[str, str]]:
+        """A reference calculator call that rounds inside the tool, as the instructions ask (so an imitating model
+        copies the rounded digits instead of truncating the unrounded ones)."""
+        return (self._surface.calc, {self._surface.calc_arg: f"round({expression}, 2)"})
 
     def report(self, ticker: str, quarter: int) -> QuarterReport:
         return next(r for r in self.corpus if r.ticker == ticker and r.quarter == quarter)
@@ -214,8 +313,8 @@ class FinanceEnv(Environment):
             truth=truth,
             reference_thought=f"I need the {r.ticker} Q{r.quarter} report, then (close - baseline) / baseline * 100.",
             reference_calls=[
-                ("financial_search", {"query": f"{r.ticker} Q{r.quarter}"}),
-                calculation(f"({r.close:.2f} - {r.baseline:.2f}) / {r.baseline:.2f} * 100"),
+                self._search_call(r),
+                self._calculation(f"({r.close:.2f} - {r.baseline:.2f}) / {r.baseline:.2f} * 100"),
             ],
             reference_answer=(
                 f"{r.ticker}'s stock changed by {truth:.2f}% in Q{r.quarter} "
@@ -233,9 +332,9 @@ class FinanceEnv(Environment):
             truth=truth,
             reference_thought=f"I need both reports, then (Q{b.quarter} - Q{a.quarter}) / Q{a.quarter} * 100.",
             reference_calls=[
-                ("financial_search", {"query": f"{a.ticker} Q{a.quarter}"}),
-                ("financial_search", {"query": f"{b.ticker} Q{b.quarter}"}),
-                calculation(f"({b.revenue_b:.1f} - {a.revenue_b:.1f}) / {a.revenue_b:.1f} * 100"),
+                self._search_call(a),
+                self._search_call(b),
+                self._calculation(f"({b.revenue_b:.1f} - {a.revenue_b:.1f}) / {a.revenue_b:.1f} * 100"),
             ],
             reference_answer=(
                 f"{a.ticker}'s revenue changed by {truth:.2f}% from Q{a.quarter} to Q{b.quarter} "
@@ -253,8 +352,8 @@ class FinanceEnv(Environment):
             truth={"verdict": r.verdict, "diff": diff},
             reference_thought=f"I need the {r.ticker} Q{r.quarter} report, then EPS minus the estimate.",
             reference_calls=[
-                ("financial_search", {"query": f"{r.ticker} Q{r.quarter}"}),
-                calculation(f"{r.eps:.2f} - {r.eps_estimate:.2f}"),
+                self._search_call(r),
+                self._calculation(f"{r.eps:.2f} - {r.eps_estimate:.2f}"),
             ],
             reference_answer=(
                 f"{r.ticker} {'beat' if r.verdict == 'beat' else 'missed'} its Q{r.quarter} EPS estimate by "
@@ -270,7 +369,7 @@ class FinanceEnv(Environment):
     def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
         context = numbers_in(evidence.prompt)
         context += [n for _, args in evidence.calls for n in numbers_in(args)]
-        context += [n for name, resp in evidence.responses if name == "financial_search" for n in numbers_in(resp)]
+        context += [n for name, resp in evidence.responses if name == self._surface.search for n in numbers_in(resp)]
         grounding = [n for _, resp in evidence.responses for n in numbers_in(resp)]
         if task.kind == "eps_surprise":
             words = set(re.findall(r"\b(beat|beats|missed|miss|misses)\b", final_answer.lower()))
