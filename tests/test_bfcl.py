@@ -361,6 +361,16 @@ def test_every_transcript_the_recipe_seeds_on_fits_its_token_budget():
     assert max(lengths.values()) <= cfg.rollout.max_new_tokens, sorted(lengths.items(), key=lambda x: -x[1])[:3]
 
 
+def test_the_prompt_says_the_calls_are_the_answer_and_to_end_after_them(bfcl, finance):
+    """The lab's protocol text promised a <tool_response> and asked for a final plain-text answer, neither of which
+    BFCL has, and said nothing of how many calls to make; its reference answers end right after their last call."""
+    task = next(t for t in bfcl.tasks("train") if t.kind == "simple_python")
+    system = bfcl.messages(task)[0]["content"]
+    assert "result comes back" not in system and "final answer" not in system
+    assert "one call for each" in system and "then end your answer" in system
+    assert "result comes back" in finance.system_prompt(finance.tasks("train")[0])  # envs that run their tools
+
+
 # ---- user files (--data) ----------------------------------------------------------------------------------------
 
 
