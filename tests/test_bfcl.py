@@ -2,6 +2,8 @@
 the live categories held out, user files with --data, schema conversion."""
 
 import json
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -316,6 +318,57 @@ def test_shipped_config_trains_on_package_categories_and_never_on_live():
     cfg = load_config(Path(__file__).parent.parent / "src" / "grpolab" / "configs" / "bfcl.toml")
     assert cfg.env == "bfcl" and not cfg.data
     assert set(cfg.task_kinds) == {k for k in CATEGORIES if not is_live(k)}
+
+
+BFCL_RECIPE = Path(__file__).parent.parent / "src" / "grpolab" / "configs" / "bfcl.toml"
+
+
+def _recipe_sft_draw():
+    from grpolab.config import load_config
+    from grpolab.engine.sft import sft_batches
+    from grpolab.envs import env_for
+
+    cfg = load_config(BFCL_RECIPE)
+    env, t = env_for(cfg), cfg.train
+    batches = sft_batches(env.tasks("train"), t.sft_steps, t.sft_batch_size, cfg.seed, t.sft_mix)
+    return cfg, env, [task for batch in batches for task in batch]
+
+
+def test_the_shipped_recipe_seeds_on_answers_that_end_after_their_call():
+    """Issue 26: drawn by task count, the five-category recipe's warm start held 15 simple_python transcripts of 60
+    (the simple-only recipe that reached 57.5% had 120), and after a closed call the reference went on with another
+    call 42% of the time; seeded so, the model kept calling until the token budget cut its last call."""
+    _, _, drawn = _recipe_sft_draw()
+    kinds = Counter(t.kind for t in drawn)
+    assert kinds["simple_python"] >= max(60, len(drawn) / 2), kinds
+    after_a_call = Counter(
+        "another call" if i < len(t.reference_calls) - 1 else "end"
+        for t in drawn
+        for i in range(len(t.reference_calls))
+    )
+    assert after_a_call["another call"] <= 0.1 * sum(after_a_call.values()), after_a_call
+
+
+def test_every_transcript_the_recipe_seeds_on_fits_its_token_budget():
+    """A reference longer than rollout.max_new_tokens teaches an answer that no rollout or evaluation can finish:
+    the budget cuts its last call, which scores as malformed."""
+    from grpolab.formats import InlineFormat
+    from grpolab.models import load_tokenizer
+
+    cfg, env, drawn = _recipe_sft_draw()
+    fmt = InlineFormat(load_tokenizer(cfg.model))
+    lengths = {t.id: sum(fmt.reference_tokens(env, t)[2]) for t in drawn}
+    assert max(lengths.values()) <= cfg.rollout.max_new_tokens, sorted(lengths.items(), key=lambda x: -x[1])[:3]
+
+
+def test_the_prompt_says_the_calls_are_the_answer_and_to_end_after_them(bfcl, finance):
+    """The lab's protocol text promised a <tool_response> and asked for a final plain-text answer, neither of which
+    BFCL has, and said nothing of how many calls to make; its reference answers end right after their last call."""
+    task = next(t for t in bfcl.tasks("train") if t.kind == "simple_python")
+    system = bfcl.messages(task)[0]["content"]
+    assert "result comes back" not in system and "final answer" not in system
+    assert "one call for each" in system and "then end your answer" in system
+    assert "result comes back" in finance.system_prompt(finance.tasks("train")[0])  # envs that run their tools
 
 
 # ---- user files (--data) ----------------------------------------------------------------------------------------

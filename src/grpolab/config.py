@@ -139,6 +139,10 @@ class TrainConfig(_Section):
     """SFT learning rate."""
     sft_batch_size: int = Field(4, ge=1)
     """Reference transcripts per SFT step."""
+    sft_mix: dict[str, float] = Field(default_factory=dict)
+    """Relative weight of each task kind in the SFT draw: each transcript's kind is drawn with these weights, then
+    a train task of that kind (kinds left out are not drawn). Empty: every train task equally likely, so the kinds
+    with the most tasks dominate."""
     eval_every: int = Field(10, ge=0)
     """Held-out evaluation every this many steps (0 = only at the end)."""
     eval_limit: int = Field(20, ge=1)
@@ -149,6 +153,13 @@ class TrainConfig(_Section):
     """Episodes per step written to episodes.jsonl."""
     trackio: bool = False
     """Also log metrics to trackio (local, offline)."""
+
+    @field_validator("sft_mix")
+    @classmethod
+    def _some_positive_weight(cls, mix: dict[str, float]) -> dict[str, float]:
+        if any(w < 0 for w in mix.values()) or (mix and not any(w > 0 for w in mix.values())):
+            raise ValueError("weights must be >= 0 with at least one > 0, e.g. {simple_python = 3, parallel = 1}")
+        return mix
 
 
 class WatchConfig(_Section):

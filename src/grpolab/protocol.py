@@ -188,16 +188,30 @@ PROTOCOL_INSTRUCTIONS = """You can call tools. To call one, write exactly:
 </tool_call>
 Then stop. The tool's result comes back as <tool_response>...</tool_response>. Never write <tool_response> yourself.
 {thought} When you have the result, write the final answer as plain text."""
+PROTOCOL_CALLS_ARE_THE_ANSWER = """Answer with tool calls. Write each call exactly as:
+<tool_call>
+{"name": "TOOL_NAME", "arguments": {...}}
+</tool_call>
+Nothing is run and nothing is sent back: the calls are the answer.
+Make one call for each thing the request asks for (a request for one thing gets one call), then end your answer.
+Never write <tool_response>. {thought}"""
+"""The protocol for environments whose calls are the answer (`executes_tools = False`, BFCL): nothing comes back,
+so the answer ends after its last call (as the reference answers do)."""
 THOUGHT_REQUIRED = "Start every turn with your reasoning inside <thought>...</thought>."
 THOUGHT_OPTIONAL = "You may think first inside <thought>...</thought>."
 
 
 def render_system_prompt(
-    tool_schemas: list[dict[str, Any]], task_instructions: str, example: str = "", thought_required: bool = True
+    tool_schemas: list[dict[str, Any]],
+    task_instructions: str,
+    example: str = "",
+    thought_required: bool = True,
+    calls_are_the_answer: bool = False,
 ) -> str:
     """The system prompt: the task instructions, the protocol, the tools as JSON schemas and an optional example."""
     tools = "\n".join(json.dumps(s["function"] if "function" in s else s) for s in tool_schemas)
-    protocol = PROTOCOL_INSTRUCTIONS.replace("{thought}", THOUGHT_REQUIRED if thought_required else THOUGHT_OPTIONAL)
+    protocol = PROTOCOL_CALLS_ARE_THE_ANSWER if calls_are_the_answer else PROTOCOL_INSTRUCTIONS
+    protocol = protocol.replace("{thought}", THOUGHT_REQUIRED if thought_required else THOUGHT_OPTIONAL)
     parts = [task_instructions.strip(), protocol, f"Tools:\n{tools}"]
     if example:
         parts.append(f"Example:\n{example.strip()}")

@@ -3,6 +3,10 @@
 The transcripts are tokenised piece by piece (policy text, then each tool response on its own), exactly as a
 rollout builds them in the episode format (`grpolab.formats`), so SFT teaches the token boundaries the policy will
 produce.
+
+Which transcripts: every train task equally likely by default, so a kind's share of the warm start is its share of
+the train split. `train.sft_mix` weighs kinds instead: on BFCL's five categories the count-proportional draw gave
+parallel answers (2-8 calls) two thirds of the loss tokens, and the model learnt to follow a call with another one.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 
 from grpolab.engine.logprobs import make_batch, token_logprobs
 from grpolab.envs.base import Environment, Task
+from grpolab.errors import UserError
 from grpolab.formats import ChatTemplateFormat, InlineFormat
 
 
@@ -22,6 +27,35 @@ def reference_tokens(
 ) -> tuple[list[int], list[int], list[int]]:
     """(prompt ids, completion ids, mask) of a task's reference transcript in the episode format (inline default)."""
     return (fmt or InlineFormat(tokenizer)).reference_tokens(env, task)
+
+
+def check_sft_mix(env: Environment, mix: dict[str, float]) -> None:
+    """UserError for a `train.sft_mix` that names a kind the environment has no train tasks of."""
+    kinds = sorted({t.kind for t in env.tasks("train")})
+    unknown = sorted(set(mix) - set(kinds))
+    if unknown:
+        raise UserError(
+            f"train.sft_mix names {unknown[0]!r}, a task kind with no train tasks in env {env.name!r}",
+            f"weigh some of: {', '.join(kinds)}",
+        )
+
+
+def sft_batches(
+    tasks: list[Task], steps: int, batch_size: int, seed: int, mix: dict[str, float] | None = None
+) -> list[list[Task]]:
+    """The tasks of each SFT step: without a mix, `batch_size` distinct tasks drawn uniformly; with one, each
+    transcript's kind drawn by its weight (kinds left out never), then a task of that kind."""
+    rng = random.Random(seed)
+    if not mix:
+        return [rng.sample(tasks, min(batch_size, len(tasks))) for _ in range(steps)]
+    by_kind: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_kind.setdefault(t.kind, []).append(t)
+    kinds = [k for k in by_kind if mix.get(k, 0) > 0]
+    if not kinds:
+        raise UserError("train.sft_mix weighs no kind that has train tasks", f"weigh some of: {', '.join(by_kind)}")
+    weights = [mix[k] for k in kinds]
+    return [[rng.choice(by_kind[k]) for k in rng.choices(kinds, weights, k=batch_size)] for _ in range(steps)]
 
 
 def sft_warm_start(
@@ -33,17 +67,16 @@ def sft_warm_start(
     learning_rate: float,
     seed: int,
     fmt: InlineFormat | ChatTemplateFormat | None = None,
+    mix: dict[str, float] | None = None,
 ) -> list[float]:
-    """Train on reference transcripts of the train split (in the episode format); returns the loss per step."""
-    tasks = env.tasks("train")
-    rng = random.Random(seed)
+    """Train on reference transcripts of the train split (in the episode format, kinds weighed by `mix`); returns
+    the loss per step."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     losses = []
     model.train()
-    for _ in range(steps):
-        batch_tasks = rng.sample(tasks, min(batch_size, len(tasks)))
+    for batch_tasks in sft_batches(env.tasks("train"), steps, batch_size, seed, mix):
         examples = [reference_tokens(tokenizer, env, t, fmt) for t in batch_tasks]
         total = max(sum(sum(m) for _, _, m in examples), 1)
         optimizer.zero_grad(set_to_none=True)

@@ -106,7 +106,9 @@ class Environment:
 
     def system_prompt(self, task: Task | None = None) -> str:
         toolbox = self.toolbox_for(task) if task is not None else self.toolbox
-        return render_system_prompt(toolbox.schemas, self.instructions, self.example, self.thought_required)
+        return render_system_prompt(
+            toolbox.schemas, self.instructions, self.example, self.thought_required, not self.executes_tools
+        )
 
     def chat_instructions(self, task: Task) -> str:
         """The system message in `rollout.format = "chat_template"` mode: the tools and the call syntax are the

@@ -19,7 +19,7 @@ from typing import Any
 from grpolab.config import LabConfig
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import build_policy
-from grpolab.engine.sft import sft_warm_start
+from grpolab.engine.sft import check_sft_mix, sft_warm_start
 from grpolab.engine.trainer import StepResult
 from grpolab.envs import Environment, env_for
 from grpolab.formats import checked_format
@@ -68,7 +68,9 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     progress.note(f"SFT warm start: {cfg.train.sft_steps} steps on reference transcripts")
     t = cfg.train
     start = time.perf_counter()
-    losses = sft_warm_start(model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, fmt)
+    losses = sft_warm_start(
+        model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, fmt, t.sft_mix
+    )
     run.write_sft({"loss": losses, "seconds": time.perf_counter() - start})
     run.save_warm_start(model)
 
@@ -140,6 +142,8 @@ def train(
     try:
         run.clear_stop()  # a stale stop request from an earlier process must not end this one
         env = env_for(cfg)
+        if cfg.train.sft_steps > 0:
+            check_sft_mix(env, cfg.train.sft_mix)  # before any model loads
         progress = Progress(cfg, quiet)
         for note in notes:
             progress.note(note)

@@ -134,6 +134,7 @@ NOT_APPLICABLE: dict[str, str] = {
     "train.sft_steps": f"the SFT warm start runs before TRL starts; {_RUN_LOOP}",
     "train.sft_learning_rate": f"SFT warm start; {_RUN_LOOP}",
     "train.sft_batch_size": f"SFT warm start; {_RUN_LOOP}",
+    "train.sft_mix": f"SFT warm start; {_RUN_LOOP}",
     "train.eval_every": f"held-out evaluation; {_RUN_LOOP}",
     "train.eval_limit": f"held-out evaluation; {_RUN_LOOP}",
     "train.episodes_per_step_logged": f"episodes.jsonl; {_RUN_LOOP}",
@@ -237,6 +238,7 @@ def unsupported(cfg: LabConfig, exported: bool = True) -> list[str]:
     if cfg.train.sft_steps and exported:
         notes.append(
             "train.sft_steps: the warm start runs on TRL's SFTTrainer with the same masked reference "
-            "transcripts, but its batches are drawn by TRL's sampler, not the native seed."
+            "transcripts, but its batches are drawn by TRL's sampler, not the native seed"
+            + (", and from the whole train split: train.sft_mix is not applied." if cfg.train.sft_mix else ".")
         )
     return [n for n in notes if n]

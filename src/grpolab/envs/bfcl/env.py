@@ -39,8 +39,7 @@ class BFCLEnv(Environment):
     description = "Berkeley Function Calling Leaderboard format: emit the right call(s); AST-checked, nothing executed"
     instructions = (
         "You are a function-calling assistant. Answer the user's request by calling the right function(s) with "
-        "the right arguments. Write one <tool_call> block per call and nothing else. If none of the functions "
-        "fits the request, do not call any."
+        "the right arguments, and write nothing else. If none of the functions fits the request, do not call any."
     )
     executes_tools = False
     thought_required = False  # BFCL's answer is the call blocks and nothing else
