@@ -1,4 +1,4 @@
-"""Where does GRPO earn its keep? Task kinds with a verifier but no references, and tools never trained on.
+"""Where does GRPO earn its keep? Kinds with a verifier but no references, tools never trained on, and retention.
 
     .venv/bin/python benchmarks/learning_transfer.py [--seeds 0 1 2] [--steps 10] [--per-kind 20]
                                                      [--arms ...] [--out runs/learning_transfer]
@@ -12,10 +12,14 @@ References exist only for pct_change; revenue_growth and eps_surprise have their
 - oracle-sft: SFT on references of all three kinds for the matched time: what the missing references are worth.
 Every arm's final policy is evaluated greedily, with the strict verifier, on `--per-kind` held-out tasks of each kind
 (companies never seen in training) on `finance` and on `finance_shifted` (the same tasks behind renamed tools,
-renamed arguments and another response layout, never trained on). Reported per arm, environment and kind: success
-as the mean over seeds with a 95% bootstrap interval (seeds, then tasks), and GRPO's margin over matched SFT paired
-by seed and task. Finished runs and evaluations are read back (`--fresh` re-runs). Writes
-benchmarks/results/NAME.json and NAME.png (`--results`, default learning_transfer).
+renamed arguments and another response layout, never trained on), and for retention (setting 4) on `capitals`:
+40 capital-city questions in a plain chat turn, a skill the base model has (70% greedy) and tool-use training can
+erode. The forward KL to the base model is measured on the run's own training prompts: completions sampled from the
+trained policy (`--kl-prompts` prompts x 2), mean over policy tokens of log pi_trained - log pi_base on them.
+Reported per arm, environment and kind: success as the mean over seeds with a 95% bootstrap interval (seeds, then
+tasks), GRPO's margin over matched SFT paired by seed and task, retention and KL per run. Finished runs and
+evaluations are read back (`--fresh` re-runs). Writes benchmarks/results/NAME.json and NAME.png (`--results`,
+default learning_transfer).
 """
 
 from __future__ import annotations
@@ -23,15 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 from pathlib import Path
 from typing import Any
 
 from learning import DEMO, RESULTS, bootstrap, run_arm, solved
 
 from grpolab.config import load_config
+from grpolab.models import load_model
 
 KINDS = ["pct_change", "revenue_growth", "eps_surprise"]
 ENVS = ["finance", "finance_shifted"]
+RETENTION = "capitals"
 ARMS = ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft")
 SEEDED_ON_PCT = {"train.sft_mix": {"pct_change": 1.0}}
 
@@ -48,18 +55,56 @@ def final_policy(path: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def transfer_eval(path: Path, per_kind: int, fresh: bool) -> dict[str, dict[str, dict[str, Any]]]:
-    """{env: {task_id: row}} of the run's final policy on `per_kind` held-out tasks of each kind, on each env."""
+def retention_rows(model: Any, tokenizer: Any, cfg: Any) -> dict[str, dict[str, Any]]:
+    """{task_id: row} of a policy on every held-out `capitals` question, under the run's rollout settings."""
+    from grpolab.engine.evaluate import evaluate
+    from grpolab.envs import env_for
+    from grpolab.metrics import episode_row
+
+    env = env_for(cfg.model_copy(update={"env": RETENTION, "task_kinds": []}))
+    _, episodes = evaluate(model, tokenizer, env, cfg, "heldout", len(env.tasks("heldout")))
+    return {e.task.id: episode_row(e) for e in episodes}
+
+
+def kl_to_base(model: Any, tokenizer: Any, cfg: Any, base: Any, prompts: int) -> float:
+    """Mean over policy tokens of log pi(y) - log pi_base(y), y sampled from pi on the run's training prompts."""
+    import torch
+
+    from grpolab.engine.evaluate import eval_tasks
+    from grpolab.engine.logprobs import make_batch, token_logprobs
+    from grpolab.engine.rollout import run_episodes, sampling_settings
+    from grpolab.envs import env_for
+
+    env = env_for(cfg)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    episodes = run_episodes(
+        model, tokenizer, env, eval_tasks(env, "train", prompts), 2, sampling_settings(cfg), generator
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    total = tokens = 0.0
+    with torch.no_grad():
+        for e in episodes:
+            batch = make_batch([e.prompt_ids], [e.completion_ids], [e.mask], pad)
+            diff = (token_logprobs(model, batch) - token_logprobs(base, batch)) * batch.mask
+            total += float(diff.sum())
+            tokens += float(batch.mask.sum())
+    return total / max(tokens, 1.0)
+
+
+def transfer_eval(path: Path, per_kind: int, kl_prompts: int, base: Any, fresh: bool) -> dict[str, Any]:
+    """The run's final policy: {"rows": {env: {task_id: row}}} on `per_kind` held-out tasks of each kind of each env
+    and on every retention question, and its "kl" to the base model."""
     from grpolab.engine.evaluate import evaluate
     from grpolab.envs import env_for
     from grpolab.metrics import episode_row
     from grpolab.rundir import RunDir
 
     done = path / "transfer_eval.json"
+    settings = {"per_kind": per_kind, "kl_prompts": kl_prompts}
     if not fresh and done.is_file():
         saved = json.loads(done.read_text())
-        if saved.get("per_kind") == per_kind:
-            return saved["rows"]
+        if saved.get("settings") == settings:
+            return saved
     model, tokenizer = final_policy(path)
     cfg = RunDir(path).read_config()
     rows: dict[str, dict[str, dict[str, Any]]] = {}
@@ -69,8 +114,10 @@ def transfer_eval(path: Path, per_kind: int, fresh: bool) -> dict[str, dict[str,
             env = env_for(cfg.model_copy(update={"env": env_name, "task_kinds": [kind]}))
             _, episodes = evaluate(model, tokenizer, env, cfg, "heldout", per_kind)
             rows[env_name].update({e.task.id: episode_row(e) for e in episodes})
-    done.write_text(json.dumps({"per_kind": per_kind, "rows": rows}))
-    return rows
+    rows[RETENTION] = retention_rows(model, tokenizer, cfg)
+    result = {"settings": settings, "rows": rows, "kl": kl_to_base(model, tokenizer, cfg, base, kl_prompts)}
+    done.write_text(json.dumps(result))
+    return result
 
 
 def main() -> None:
@@ -79,12 +126,16 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=DEMO)
     ap.add_argument("--steps", type=int, default=10, help="GRPO steps of the GRPO arms")
     ap.add_argument("--per-kind", type=int, default=20, help="held-out tasks per kind and environment")
+    ap.add_argument("--kl-prompts", type=int, default=8, help="training prompts (x 2 samples) for the KL to the base")
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("runs/learning_transfer"))
     ap.add_argument("--results", default="learning_transfer")
     args = ap.parse_args()
-    seeding = load_config(args.config).train.sft_steps
+    base_cfg = load_config(args.config)
+    seeding = base_cfg.train.sft_steps
+    base, base_tokenizer = load_model(base_cfg.model, seed=0)
+    base_retention = retention_rows(base, base_tokenizer, base_cfg)
     common: dict[str, Any] = {
         "train.eval_limit": 1,  # the run's own end-of-run evaluation; the arms are compared on transfer_eval
         "train.eval_every": 0,
@@ -112,17 +163,20 @@ def main() -> None:
             runs["grpo-pct"] = args.out / f"grpo-pct-{seed}"
             run_arm(args.config, runs["grpo-pct"], {**common, "seed": seed, "task_kinds": ["pct_change"]}, args.fresh)
         for arm in args.arms:
-            arms[arm][seed] = transfer_eval(runs[arm], args.per_kind, args.fresh)
+            arms[arm][seed] = transfer_eval(runs[arm], args.per_kind, args.kl_prompts, base, args.fresh)
         print(json.dumps({"seed": seed, "done": sorted(runs)}))
-    result = summarise(arms, args)
+    result = summarise(arms, base_retention, args)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, RESULTS / f"{args.results}.png")
     print(json.dumps(result["success"], indent=1))
 
 
-def summarise(arms: dict[str, dict[int, dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+def summarise(
+    evals: dict[str, dict[int, dict[str, Any]]], base_retention: dict[str, dict[str, Any]], args: argparse.Namespace
+) -> dict[str, Any]:
     rng = random.Random(0)
+    arms = {arm: {s: e["rows"] for s, e in per_seed.items()} for arm, per_seed in evals.items()}
     success: dict[str, dict[str, dict[str, list[float]]]] = {}
     margin: dict[str, dict[str, list[float]]] = {}
     for arm, per_seed in arms.items():
@@ -149,15 +203,39 @@ def summarise(arms: dict[str, dict[int, dict[str, Any]]], args: argparse.Namespa
                     for s in args.seeds
                 ]
                 margin[env][kind] = list(bootstrap(paired, rng))
+    retention = {
+        arm: list(
+            bootstrap(
+                [{t: solved(r) for t, r in per_seed[s][RETENTION].items()} for s in args.seeds],
+                rng,
+            )
+        )
+        for arm, per_seed in arms.items()
+    }
+    runs = [
+        {
+            "arm": arm,
+            "seed": s,
+            "finance": statistics.mean(solved(r) for r in arms[arm][s]["finance"].values()),
+            "retention": statistics.mean(solved(r) for r in arms[arm][s][RETENTION].values()),
+            "kl_to_base": e["kl"],
+        }
+        for arm, per_seed in evals.items()
+        for s, e in per_seed.items()
+    ]
     return {
         "success": success,
         "grpo_margin_over_matched_sft": margin,
+        "retention": retention,
+        "base_retention": statistics.mean(solved(r) for r in base_retention.values()),
+        "runs": runs,
         "seeds": args.seeds,
         "per_kind": args.per_kind,
         "grpo_steps": args.steps,
         "command": "python benchmarks/learning_transfer.py "
         + ("" if args.config == DEMO else f"--config {args.config} ")
         + f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps} --per-kind {args.per_kind} "
+        + f"--kl-prompts {args.kl_prompts} "
         + f"--arms {' '.join(args.arms)}",
     }
 
@@ -169,7 +247,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     arms = list(result["success"])
-    fig, axes = plt.subplots(1, len(ENVS), figsize=(6 * len(ENVS), 3.8), sharey=True)
+    fig, axes = plt.subplots(1, len(ENVS) + 1, figsize=(6 * len(ENVS) + 5, 3.8))
     width = 0.8 / len(arms)
     for ax, env in zip(axes, ENVS):
         for i, arm in enumerate(arms):
@@ -188,6 +266,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_ylim(0, 1)
         ax.set_title(f"held-out success on {env} ({result['per_kind']} per kind, 95% CI)", fontsize=9)
     axes[0].legend(fontsize=7)
+    ax = axes[-1]
+    for arm in arms:
+        points = [r for r in result["runs"] if r["arm"] == arm]
+        ax.scatter([r["retention"] for r in points], [r["finance"] for r in points], label=arm, s=18)
+    ax.axvline(result["base_retention"], color="#888", linestyle="--", label="base model")
+    ax.set_xlabel(f"kept: {RETENTION} success", fontsize=8)
+    ax.set_ylabel("target: finance success (all kinds)", fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title("gain against what was kept, one point per run", fontsize=9)
+    ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

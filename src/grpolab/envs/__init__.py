@@ -44,6 +44,12 @@ def _bfcl(data: list[str] | None = None, task_kinds: list[str] | None = None) ->
     return BFCLEnv(data, task_kinds)  # reads only the requested categories, and validates their names
 
 
+def _capitals() -> Environment:
+    from grpolab.envs.capitals import CapitalsEnv
+
+    return CapitalsEnv()
+
+
 def _code() -> Environment:
     from grpolab.envs.code.env import CodeEnv
 
@@ -56,6 +62,7 @@ BUILTIN: dict[str, Callable[[], Environment]] = {
     "arithmetic": _arithmetic,
     "bfcl": _bfcl,
     "code": _code,
+    "capitals": _capitals,
 }
 
 
