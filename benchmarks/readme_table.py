@@ -80,7 +80,15 @@ def _decode_step(d: dict) -> str:
     )
 
 
-def _learning(lr: dict) -> list[str]:
+LEARNING = {
+    "learning": "learning on finance",
+    "learning_int8": "learning on finance",
+    "learning_demo_answer_stop": "the demo after the answer-stop rule (20 GRPO steps)",
+}
+"""Learning results shown in the table, with the title of their row."""
+
+
+def _learning(lr: dict, what: str = "learning on finance") -> list[str]:
     arms = lr["arms"]
     fig = "; ".join(
         f"{name}: success {_ci(a['success'])}, tool calls {_ci(a['tool_call_prob'])}" for name, a in arms.items()
@@ -91,7 +99,7 @@ def _learning(lr: dict) -> list[str]:
         f"{_pct(seeded['seeded_tool_call_prob'])})"
     )
     n = len(lr["seeds"])
-    title = f"learning on finance, {n} seed{'s' if n > 1 else ''} x {lr['heldout_tasks']} held-out tasks, mean [95% CI]"
+    title = f"{what}, {n} seed{'s' if n > 1 else ''} x {lr['heldout_tasks']} held-out tasks, mean [95% CI]"
     rows = [f"| {title} | {fig} | `{lr['command']}` | {lr['date']} |"]
     if "grpo_margin_over_matched_sft" in lr:
         m = lr["grpo_margin_over_matched_sft"]
@@ -175,10 +183,10 @@ def rows() -> list[str]:
     sd = _load("seeding")
     if sd:
         out.append(_seeding(sd))
-    for name in ("learning", "learning_int8"):
+    for name, what in LEARNING.items():
         lr = _load(name)
         if lr and "arms" in lr:
-            out += _learning(lr)
+            out += _learning(lr, what)
     out.append(_bfcl_parity_row())
     h = _load("hack_detection")
     if h:

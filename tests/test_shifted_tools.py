@@ -228,3 +228,14 @@ def test_eval_of_a_run_on_an_unknown_env_exits_2_before_loading_the_policy(cli, 
     assert code == 2 and "unknown env 'nope'" in err and seen == []
     code, _, err = cli("eval", "--run", str(run), "--env", "arithmetic", "--category", "pct_change", "--limit", "1")
     assert code == 2 and "unknown task kind 'pct_change' for env 'arithmetic'" in err and seen == []
+
+
+def test_eval_of_a_run_on_an_env_without_its_task_kinds_uses_all_of_that_envs_tasks(cli, fake_run):
+    """A demo run (task_kinds = pct_change) checked for retention on `capitals`: the run's kinds are not that env's,
+    so all of its tasks are evaluated; on finance_shifted (which has them) the run's kinds still carry over."""
+    run, seen = fake_run
+    data = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**data, "task_kinds": ["pct_change"]}))
+    code, out, err = cli("eval", "--run", str(run), "--env", "capitals", "--limit", "1", "--json")
+    assert code == 0, err
+    assert seen[-1] == "capitals" and json.loads(out)["env"] == "capitals"

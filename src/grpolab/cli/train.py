@@ -133,6 +133,10 @@ def eval_(
         if env and env != cfg.env:  # or on another env's tasks (finance_shifted: the same tasks, new tools)
             err_console.print(f"evaluating {run} (trained on {cfg.env}) on env {env}", markup=False, soft_wrap=True)
             cfg.env = env
+            if not category and cfg.task_kinds:  # the run's kinds carry over where the env has them (finance_shifted)
+                kinds = {t.kind for t in env_for(cfg.model_copy(update={"task_kinds": []})).all_tasks().values()}
+                if not set(cfg.task_kinds) <= kinds:  # and are dropped where it has none of its own (capitals)
+                    cfg.task_kinds = []
         environment = env_for(cfg)  # a bad --env, --data or --category is refused before the policy loads
         skipped: list[str] = []
         policy, tokenizer, _, _ = load_run_policy(run, skipped)
