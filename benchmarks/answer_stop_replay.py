@@ -6,8 +6,9 @@ For every recorded episode (training samples in episodes.jsonl, greedy held-out 
 made without the rule, cut the final turn where the environment says the answer ends (the same function the rollout
 calls, `grpolab.engine.rollout.answer_end_in_turn`) and score the cut transcript again with the run's scorer.
 Reported per source: how many episodes the rule would end early, the policy tokens it would save, and completion
-(the verifier) before and after the cut, with the episodes it turns to solved and to failed. This is an offline estimate: a policy trained with the rule would also
-sample differently after the answer (it never sees the rambling it no longer pays for). No model runs; seconds.
+(the verifier) before and after the cut, with the episodes it turns to solved and to failed. This is an offline
+estimate: a policy trained with the rule would also sample differently after the answer (it never sees the rambling
+it no longer pays for). No model runs; seconds.
 """
 
 from __future__ import annotations

@@ -180,6 +180,15 @@ def rows() -> list[str]:
     if v:
         model = v["setting"]["model"]
         out.append(f"| GRPO step, native vs TRL ({model}, fp32) | {_vs_trl(v)} | `{v['command']}` | {v['date']} |")
+    v = _load("vs_trl_demo")
+    if v:
+        fig = (
+            f"TRL {v['trl']['s_per_step']:.1f} s/step, native {v['native']['s_per_step']:.1f} s/step "
+            f"({v['ratio_trl_over_native_per_step']:.2f}x; per 1k policy tokens "
+            f"{v['ratio_trl_over_native_per_token']:.2f}x); TRL through rollout_func (the lab's rollout), "
+            f"{v['setting']['rounds'] - 1} steps timed"
+        )
+        out.append(f"| GRPO step at the demo's shape, native vs TRL | {fig} | `{v['command']}` | {v['date']} |")
     sd = _load("seeding")
     if sd:
         out.append(_seeding(sd))

@@ -14,6 +14,16 @@ state); round 1 is warm-up and not counted.
 FLOPs per step are estimated as 2N per generated token (decoding) + 2N per prompt token (prefill) + 6N per trained
 token (policy forward and backward, reference forward), N = parameter count; the hardware limit is an fp32 matmul
 measured in the same run. Writes benchmarks/results/vs_trl.json.
+
+    .venv/bin/python benchmarks/vs_trl.py --shape demo [--rounds 4] [--config src/grpolab/configs/demo.toml]
+
+The demo's own shape (issue 25): the demo config (G=8 x 2 prompts, 160 tokens, up to 2 tool turns, LoRA, beta, the
+same SFT seeding) trained `--rounds` GRPO steps through the lab's run loop twice, once on the native trainer and
+once on TRL's GRPOTrainer with the lab's rollout as its `rollout_func` (`train.backend = "trl"`), one after the
+other in this process. Episodes end where they end (multi-turn lengths cannot be forced equal), so both the time per
+step and the time per 1,000 generated policy tokens are compared; step 1 is warm-up and not counted. TRL's
+`step_time` covers its training_step (rollout, rewards, loss, backward) but not the optimizer step, so the ratio
+slightly favours TRL. Writes benchmarks/results/vs_trl_demo.json.
 """
 
 from __future__ import annotations
@@ -48,6 +58,47 @@ def matmul_gflops(n: int = 2048, reps: int = 10) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
 
 
+DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
+
+
+def demo_shape(config: Path, rounds: int) -> dict:
+    """Both backends through the run loop on `config`: seconds per GRPO step and per 1k policy tokens."""
+    import statistics
+    import tempfile
+
+    from grpolab.run.loop import train
+    from grpolab.rundir import RunDir
+
+    overrides = {"train.steps": rounds, "train.eval_limit": 1, "train.eval_every": 0, "train.checkpoint_every": 1000}
+    peak = matmul_gflops()
+    result: dict = {}
+    for backend in ("native", "trl"):
+        cfg = load_config(config, {**overrides, "train.backend": backend})
+        out = Path(tempfile.mkdtemp(prefix=f"grpolab-vs-trl-{backend}-")) / "run"
+        train(cfg, out, quiet=True)
+        timed = RunDir(out).metrics()[1:]
+        per_step = cfg.rollout.group_size * cfg.train.prompts_per_step
+        seconds = [m["perf/step_s"] for m in timed]
+        tokens = [m["completion_len"] * per_step for m in timed]
+        result[backend] = {
+            "s_per_step": statistics.mean(seconds),
+            "completion_tokens_per_step": statistics.mean(tokens),
+            "s_per_1k_completion_tokens": 1000 * sum(seconds) / max(sum(tokens), 1),
+            "steps_timed": len(timed),
+        }
+        print(json.dumps({backend: result[backend]}), flush=True)
+    result["ratio_trl_over_native_per_step"] = result["trl"]["s_per_step"] / result["native"]["s_per_step"]
+    result["ratio_trl_over_native_per_token"] = (
+        result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]
+    )
+    result["setting"] = {"config": str(config.name), "rounds": rounds, "trl_version": __import__("trl").__version__}
+    result["matmul_gflops_fp32"] = peak
+    result["peak_rss_mb_all"] = peak_rss_mb()
+    result["date"] = time.strftime("%Y-%m-%d")
+    result["command"] = f"python benchmarks/vs_trl.py --shape demo --rounds {rounds}"
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--group-size", type=int, default=4)
@@ -55,8 +106,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--free-length", action="store_true", help="let episodes stop at end of turn (lengths differ)")
+    ap.add_argument("--shape", choices=("single", "demo"), default="single", help="demo: the demo config, 2 turns")
+    ap.add_argument("--config", type=Path, default=DEMO, help="with --shape demo: the config both backends train")
     args = ap.parse_args()
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    if args.shape == "demo":
+        result = demo_shape(args.config, args.rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "vs_trl_demo.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+        return
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import TrainerCallback

@@ -196,7 +196,7 @@ HELDOUT_OF_KIND = _declare(
 
 # ---- cost ------------------------------------------------------------------------------------------------------------
 
-PERF_STEP_S = _declare("perf/step_s", "wall time of the step", "s", (TRAINER,))
+PERF_STEP_S = _declare("perf/step_s", "wall time of the step", "s", (TRAINER, TRL))
 PERF_GEN_TOK_S = _declare("perf/gen_tok_s", "generated policy tokens per second of generation", "tokens/s", (TRAINER,))
 PERF_TRAIN_TOK_S = _declare("perf/train_tok_s", "trained tokens per second of training", "tokens/s", (TRAINER,))
 PERF_PEAK_RSS_MB = _declare("perf/peak_rss_mb", "peak resident memory of the process", "MB", (TRAINER,))

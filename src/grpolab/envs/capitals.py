@@ -2,11 +2,12 @@
 
 A person asks for a country's capital in a plain chat turn: no system prompt of the lab's, no tools, no protocol.
 The base SmolLM2-135M-Instruct answers 28 of the 40 held-out questions (70%; `grpolab eval --env capitals --model
-smollm2 --limit 40`, greedy, 2026-12-01), so it is a skill the model has before any training, and one that training on tool use can erode (answering in the protocol, calling
-a tool that does not exist, or losing the fact). The learning benchmark measures it before and after every arm
-(`benchmarks/learning_transfer.py`, issue 26's retention setting); `grpolab eval --run R --env capitals` measures it
-for any run. The facts are written here (no download); the held-out questions are the 40 the figure above was
-measured on, the train split 20 others (nothing should train on them).
+smollm2 --limit 40`, greedy, 2026-12-01), so it is a skill the model has before any training, and one that
+training on tool use can erode (answering in the protocol, calling a tool that does not exist, or losing the fact).
+The learning benchmark measures it before and after every arm (`benchmarks/learning_transfer.py`, issue 26's
+retention setting); `grpolab eval --run R --env capitals` measures it for any run. The facts are written here (no
+download); the held-out questions are the 40 the figure above was measured on, the train split 20 others (nothing
+should train on them).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from grpolab.vocabulary import (
     GRAD_NORM,
     KL,
     LOSS,
+    PERF_STEP_S,
     REWARD_MEAN,
     REWARD_STD,
     SUCCESS,
@@ -180,6 +181,7 @@ TRL_TO_LAB = {
     "grad_norm": GRAD_NORM,
     "clip_ratio/region_mean": CLIP_FRAC,
     "completions/mean_length": COMPLETION_LEN,
+    "step_time": PERF_STEP_S,  # TRL times training_step (generation, rewards, loss, backward), not optimizer.step
     TOOL_CALL_PROB: TOOL_CALL_PROB,  # logged by the completion reward function (`log_metric`) under the lab name
     SUCCESS: SUCCESS,
 }
