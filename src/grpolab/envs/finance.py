@@ -20,7 +20,6 @@ from typing import Any
 
 from rank_bm25 import BM25Okapi
 
-from grpolab.calculator import CalculatorError, calculate
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
 from grpolab.envs.numeric import numbered_sentence_end, numbers_in, numeric_verdict
 from grpolab.tools import Tool, ToolBox, calculator
@@ -156,10 +155,8 @@ def evaluate_math(formula: str) -> dict[str, Any]:
     Args:
         formula: Numbers joined by + - * / ** with brackets; round(x, 2) rounds, e.g. "round((9 - 6) / 6 * 100, 2)".
     """
-    try:
-        return {"value": round(calculate(formula), 10)}
-    except CalculatorError as exc:
-        return {"error": str(exc)}
+    out = calculator(formula)  # the same maths and errors as finance's calculator, under another key
+    return {"value": out["result"]} if "result" in out else out
 
 
 @dataclass(frozen=True)
