@@ -43,18 +43,6 @@ ARMS = ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft")
 SEEDED_ON_PCT = {"train.sft_mix": {"pct_change": 1.0}}
 
 
-def final_policy(path: Path) -> tuple[Any, Any]:
-    """The run's policy after training: its newest checkpoint, or its SFT warm start when it ran no GRPO step."""
-    from grpolab.engine.policy import build_policy, load_run_policy
-    from grpolab.rundir import RunDir
-
-    run = RunDir(path)
-    if run.checkpoints():
-        return load_run_policy(path)[:2]
-    model, tokenizer, _ = build_policy(run.read_config(), run.warm_start())
-    return model, tokenizer
-
-
 def retention_rows(model: Any, tokenizer: Any, cfg: Any) -> dict[str, dict[str, Any]]:
     """{task_id: row} of a policy on every held-out `capitals` question, under the run's rollout settings."""
     from grpolab.engine.evaluate import evaluate
@@ -95,6 +83,7 @@ def transfer_eval(path: Path, per_kind: int, kl_prompts: int, base: Any, fresh: 
     """The run's final policy: {"rows": {env: {task_id: row}}} on `per_kind` held-out tasks of each kind of each env
     and on every retention question, and its "kl" to the base model."""
     from grpolab.engine.evaluate import evaluate
+    from grpolab.engine.policy import load_run_policy
     from grpolab.envs import env_for
     from grpolab.metrics import episode_row
     from grpolab.rundir import RunDir
@@ -105,7 +94,7 @@ def transfer_eval(path: Path, per_kind: int, kl_prompts: int, base: Any, fresh: 
         saved = json.loads(done.read_text())
         if saved.get("settings") == settings:
             return saved
-    model, tokenizer = final_policy(path)
+    model, tokenizer = load_run_policy(path)[:2]  # SFT-only runs have checkpoint 0
     cfg = RunDir(path).read_config()
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for env_name in ENVS:
