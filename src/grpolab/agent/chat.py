@@ -97,8 +97,14 @@ class ChatSettings:
     def from_config(cls, cfg: LabConfig, **overrides: Any) -> ChatSettings:
         """The run's rollout limits and format; sampling stays greedy unless overridden."""
         r = cfg.rollout
-        base = cls(r.max_new_tokens, r.max_turns, seed=cfg.seed, format=r.format, tool_syntax=r.tool_syntax)
-        base = replace(base, stop_at_answer=r.stop_at_answer)
+        base = cls(
+            r.max_new_tokens,
+            r.max_turns,
+            seed=cfg.seed,
+            format=r.format,
+            tool_syntax=r.tool_syntax,
+            stop_at_answer=r.stop_at_answer,
+        )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
     def sampling(self) -> SamplingSettings:
