@@ -22,19 +22,22 @@ from grpolab.engine.rollout import answer_end_in_turn
 from grpolab.envs import env_for
 from grpolab.models import load_tokenizer
 from grpolab.protocol import TOOL_RESPONSE_CLOSE
+from grpolab.rewards.replay import replay as replay_transcript
 from grpolab.rewards.score import score_transcript
 from grpolab.rundir import RunDir
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def cut(env: Any, text: str) -> str | None:
+def cut(env: Any, task: Any, text: str) -> str | None:
     """The transcript ended where the rule would have ended it, or None where the rule would not fire."""
     at = text.rfind(TOOL_RESPONSE_CLOSE)
     if at < 0:
         return None
     head, turn = text[: at + len(TOOL_RESPONSE_CLOSE)], text[at + len(TOOL_RESPONSE_CLOSE) :]
-    end = answer_end_in_turn(env, turn)
+    evidence = replay_transcript(env, task, head).evidence
+    assert evidence is not None
+    end = answer_end_in_turn(env, turn, evidence)
     return None if end is None or end >= len(turn.rstrip()) else head + turn[:end]
 
 
@@ -45,7 +48,7 @@ def replay(rows: list[dict[str, Any]], env: Any, cfg: Any, tok: Any) -> dict[str
         solved = (row.get("components") or {}).get("completion") == 1.0
         n += 1
         before += solved
-        short = cut(env, row["text"])
+        short = cut(env, task, row["text"])
         if short is None:
             after += solved
             continue

@@ -32,6 +32,22 @@ def test_the_answer_ends_with_the_first_sentence_that_states_a_number(text, end)
     assert numbered_sentence_end(text) == end
 
 
+RESTATED = "PINN (Pinnacle Dynamics) Q4 2025 report: revenue $9.3B; EPS $0.09 vs estimate $0.39, missing estimates. "
+RESULT = "PINN missed its EPS estimate by $0.30 per share."
+
+
+@pytest.mark.parametrize(
+    "restated,end",
+    [
+        ([2025, 9.3, 0.09, 0.39], len(RESTATED + RESULT)),  # the report restated first: the result sentence ends it
+        ([2025, 9.3, 0.09], len(RESTATED) - 1),  # 0.39 was never looked up: the first sentence states a new number
+        ([], len(RESTATED) - 1),
+    ],
+)
+def test_a_sentence_that_only_restates_inputs_is_not_the_answer(restated, end):
+    assert numbered_sentence_end(RESTATED + RESULT + " More", restated) == end
+
+
 @pytest.fixture(scope="module")
 def tiny():
     cfg = load_config(None, {"model": "tiny", "rollout.max_new_tokens": 400})
@@ -86,4 +102,21 @@ def test_the_code_env_declares_no_answer_end():
     """Its answer is a code block, which a sentence with a number must not cut."""
     from grpolab.envs import get_env
 
-    assert get_env("code").answer_end("The result is 14.17. More") is None
+    from grpolab.envs.base import Evidence
+
+    assert get_env("code").answer_end("The result is 14.17. More", Evidence("Compute", [], [])) is None
+
+
+def test_a_restated_report_before_the_result_does_not_end_the_answer(tiny, finance):
+    """The seed-1 demo failure (PINN): the answer restated the looked-up report first and was cut before the result.
+    The numbers the search returned are inputs, as the verifier counts them; the sentence with the result ends it."""
+    cfg, model, tok = tiny
+    task = finance.task("eps_surprise-ACME-Q3")
+    report = finance.report("ACME", 3)
+    restated = f"ACME Q3 report: EPS ${report.eps:.2f} vs estimate ${report.eps_estimate:.2f}. "
+    final = restated + task.reference_answer + " So it may be more."
+    s = rollout.sampling_settings(cfg, greedy=True)
+    [e] = rollout.run_episodes(model, tok, finance, [task], 1, s, choose=_forced(tok, finance, task, final))
+    assert e.stop_reason == "answer"
+    assert parse_transcript(e.text).final_answer == restated + task.reference_answer
+    assert score_transcript(finance, task, e.text, count_tokens=len).components["completion"] == 1.0

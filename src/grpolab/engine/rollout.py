@@ -28,7 +28,7 @@ from torch import Tensor
 from grpolab.config import LabConfig
 from grpolab.engine.decoder import FastDecoder, supports
 from grpolab.engine.phases import NO_PHASES, Phases
-from grpolab.envs.base import Environment, Task
+from grpolab.envs.base import Environment, Evidence, Task
 from grpolab.formats import ChatTemplateFormat, InlineFormat, episode_format
 from grpolab.models import cache_keyword, cache_of
 from grpolab.protocol import THOUGHT_CLOSE, THOUGHT_OPEN, TOOL_CALL_CLOSE
@@ -61,6 +61,12 @@ class Episode:
     for, `rollout.stop_at_answer`)."""
     log: list[tuple[str, Any]] = field(default_factory=list)
     """Finished assistant turns and tool results, for chat-template episodes (`grpolab.formats`)."""
+    evidence: Evidence | None = None
+    """The prompt and the calls executed so far with their responses (what `env.answer_end` reads)."""
+
+    def __post_init__(self) -> None:
+        if self.evidence is None:
+            self.evidence = Evidence(prompt=self.task.prompt, calls=[], responses=[])
 
     @property
     def n_policy_tokens(self) -> int:
@@ -121,9 +127,9 @@ def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator 
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 
 
-def answer_end_in_turn(env: Environment, turn: str) -> int | None:
-    """Where the final answer ends in the policy's text of a turn after a tool response (`env.answer_end`), or
-    None. The answer is the text after the turn's thought: a turn that opens a thought counts only once the thought
+def answer_end_in_turn(env: Environment, turn: str, evidence: Evidence) -> int | None:
+    """Where the final answer ends in the policy's text of a turn after a tool response (`env.answer_end`, given the
+    episode's tool traffic so far), or None. The answer is the text after the turn's thought: a turn that opens a thought counts only once the thought
     is closed, and text holding a tag (a call under way) is never an answer."""
     text = turn.lstrip()
     start = len(turn) - len(text)
@@ -135,7 +141,7 @@ def answer_end_in_turn(env: Environment, turn: str) -> int | None:
     answer = turn[start:]
     if "<" in answer:
         return None
-    end = env.answer_end(answer)
+    end = env.answer_end(answer, evidence)
     return None if end is None else start + end
 
 
@@ -185,7 +191,8 @@ class TurnRules:
         the rambling)."""
         before = len(e.said)
         e.said += piece
-        end = answer_end_in_turn(self.env, e.said)
+        assert e.evidence is not None
+        end = answer_end_in_turn(self.env, e.said, e.evidence)
         if end is None:
             return False
         if end <= before:
@@ -226,6 +233,9 @@ class TurnRules:
             return None
         with self.phases("tools", calls=1):
             response = respond_to_call(self.env.toolbox_for(e.task), call)
+        assert e.evidence is not None
+        e.evidence.calls.append((call.name or "", call.arguments or {}))
+        e.evidence.responses.append((call.name or "", response))
         e.tool_errors += "error" in response
         e.turns += 1
         ids = self.fmt.response_ids(e, text, response)

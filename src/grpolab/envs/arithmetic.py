@@ -66,12 +66,16 @@ class ArithmeticEnv(Environment):
             meta={"expression": expr},
         )
 
-    def answer_end(self, answer: str) -> int | None:
+    def answer_end(self, answer: str, evidence: Evidence) -> int | None:
         """The instructions ask for one sentence with the result: the answer ends with the first sentence that
-        states a number."""
-        return numbered_sentence_end(answer)
+        states a number other than the inputs (`restated`)."""
+        return numbered_sentence_end(answer, self.restated(evidence))
+
+    def restated(self, evidence: Evidence) -> list[float]:
+        """Numbers an answer only restates: the prompt's and the calls' arguments (not results)."""
+        return numbers_in(evidence.prompt) + [n for _, args in evidence.calls for n in numbers_in(args)]
 
     def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
-        context = numbers_in(evidence.prompt) + [n for _, args in evidence.calls for n in numbers_in(args)]
+        context = self.restated(evidence)
         grounding = [n for _, resp in evidence.responses for n in numbers_in(resp)]
         return numeric_verdict(final_answer, task.truth, context, grounding, signed=False)

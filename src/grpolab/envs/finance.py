@@ -358,15 +358,22 @@ class FinanceEnv(Environment):
             ),
         )
 
-    def answer_end(self, answer: str) -> int | None:
+    def answer_end(self, answer: str, evidence: Evidence) -> int | None:
         """The instructions ask for one sentence with the result: the answer ends with the first sentence that
-        states a number."""
-        return numbered_sentence_end(answer)
+        states a number other than the inputs (`restated`), so "PINN Q4 report: EPS $0.09 vs estimate $0.39." is
+        not taken for the answer."""
+        return numbered_sentence_end(answer, self.restated(evidence))
 
-    def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
+    def restated(self, evidence: Evidence) -> list[float]:
+        """Numbers an answer only restates, not results: the prompt's, the calls' arguments and the looked-up
+        facts (search responses)."""
         context = numbers_in(evidence.prompt)
         context += [n for _, args in evidence.calls for n in numbers_in(args)]
         context += [n for name, resp in evidence.responses if name == self._surface.search for n in numbers_in(resp)]
+        return context
+
+    def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
+        context = self.restated(evidence)
         grounding = [n for _, resp in evidence.responses for n in numbers_in(resp)]
         if task.kind == "eps_surprise":
             words = set(re.findall(r"\b(beat|beats|missed|miss|misses)\b", final_answer.lower()))

@@ -15,22 +15,26 @@ ANSWER_TOLERANCE = 0.0051
 """A result matches when it rounds to the truth at two decimals (14.17 or 14.1667 for 14.1666...)."""
 
 
-_DIGIT = re.compile(r"\d")
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 
 
-def numbered_sentence_end(answer: str) -> int | None:
-    """The end of the first sentence that states a number (just past its `.`, `!` or `?` when whitespace follows,
-    or at the line break), or None while that sentence goes on: where a one-number answer is complete. "ACME's
-    stock changed by 14.17% in Q3 (from $120.00 to $137.00). This ..." ends after "00)."; the point in "14.17" is
-    not an end, since a sentence ends only where whitespace follows its `.`."""
-    digit = _DIGIT.search(answer)
-    if digit is None:
-        return None
-    end = _SENTENCE_END.search(answer, digit.start())
-    if end is None:
-        return None
-    return end.end() if end.group() != "\n" else end.start()
+def numbered_sentence_end(answer: str, restated: list[float] | tuple[float, ...] = ()) -> int | None:
+    """The end of the first sentence that states a number other than a restated input (just past its `.`, `!` or
+    `?` when whitespace follows, or at the line break), or None while that sentence goes on: where a one-number
+    answer is complete. "ACME's stock changed by 14.17% in Q3 (from $120.00 to $137.00). This ..." ends after
+    "00)."; the point in "14.17" is not an end, since a sentence ends only where whitespace follows its `.`.
+    Numbers equal to one in `restated` (the prompt's, the calls' arguments, looked-up facts: what the verifier
+    does not count as results) do not make a sentence the answer, so "EPS $0.09 vs estimate $0.39. It missed by
+    $0.30." ends after the second sentence when 0.09 and 0.39 were looked up."""
+    for match in _NUMBER_RE.finditer(answer):
+        numbers = extract_numbers(match.group())
+        if numbers and any(abs(abs(numbers[0]) - abs(r)) <= 1e-9 for r in restated):
+            continue
+        end = _SENTENCE_END.search(answer, match.start())
+        if end is None:
+            return None
+        return end.end() if end.group() != "\n" else end.start()
+    return None
 
 
 def extract_numbers(text: str) -> list[float]:
