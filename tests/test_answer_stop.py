@@ -101,7 +101,6 @@ def test_a_number_inside_the_final_thought_does_not_end_the_answer(tiny, finance
 def test_the_code_env_declares_no_answer_end():
     """Its answer is a code block, which a sentence with a number must not cut."""
     from grpolab.envs import get_env
-
     from grpolab.envs.base import Evidence
 
     assert get_env("code").answer_end("The result is 14.17. More", Evidence("Compute", [], [])) is None

@@ -129,8 +129,8 @@ def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator 
 
 def answer_end_in_turn(env: Environment, turn: str, evidence: Evidence) -> int | None:
     """Where the final answer ends in the policy's text of a turn after a tool response (`env.answer_end`, given the
-    episode's tool traffic so far), or None. The answer is the text after the turn's thought: a turn that opens a thought counts only once the thought
-    is closed, and text holding a tag (a call under way) is never an answer."""
+    episode's tool traffic so far), or None. The answer is the text after the turn's thought: a turn that opens a
+    thought counts only once the thought is closed, and text holding a tag (a call under way) is never an answer."""
     text = turn.lstrip()
     start = len(turn) - len(text)
     if text.startswith(THOUGHT_OPEN):
