@@ -188,7 +188,8 @@ def rows() -> list[str]:
             f"{v['ratio_trl_over_native_per_token']:.2f}x); TRL through rollout_func (the lab's rollout), "
             f"{v['setting']['rounds'] - 1} steps timed"
         )
-        out.append(f"| GRPO step at the demo's shape, native vs TRL | {fig} | `{v['command']}` | {v['date']} |")
+        shape = f"the demo's shape ({v['setting']['config']})"
+        out.append(f"| GRPO step at {shape}, native vs TRL | {fig} | `{v['command']}` | {v['date']} |")
     sd = _load("seeding")
     if sd:
         out.append(_seeding(sd))

@@ -95,7 +95,8 @@ def demo_shape(config: Path, rounds: int) -> dict:
     result["matmul_gflops_fp32"] = peak
     result["peak_rss_mb_all"] = peak_rss_mb()
     result["date"] = time.strftime("%Y-%m-%d")
-    result["command"] = f"python benchmarks/vs_trl.py --shape demo --rounds {rounds}"
+    named = "" if config == DEMO else f" --config {config}"
+    result["command"] = f"python benchmarks/vs_trl.py --shape demo --rounds {rounds}{named}"
     return result
 
 
