@@ -178,6 +178,7 @@ def summarise(
                     for s in args.seeds
                 ]
                 success[arm][env][kind] = list(bootstrap(samples, rng))
+    seeds = args.seeds
     if {"grpo-all-kinds", "sft-matched"} <= set(arms):
         grpo, sft = arms["grpo-all-kinds"], arms["sft-matched"]
         for env in ENVS:
@@ -192,6 +193,8 @@ def summarise(
                     for s in args.seeds
                 ]
                 margin[env][kind] = list(bootstrap(paired, rng))
+        kept = [{t: solved(r) - solved(sft[s][RETENTION][t]) for t, r in grpo[s][RETENTION].items()} for s in seeds]
+        margin[RETENTION] = {"all": list(bootstrap(kept, rng))}
     retention = {
         arm: list(
             bootstrap(
