@@ -1,25 +1,34 @@
-"""Where does GRPO earn its keep? Kinds with a verifier but no references, tools never trained on, and retention.
+"""Where does GRPO earn its keep? Kinds with a verifier but no references, tools never trained on, BFCL's live
+categories, and retention.
 
-    .venv/bin/python benchmarks/learning_transfer.py [--seeds 0 1 2] [--steps 10] [--per-kind 20]
-                                                     [--arms ...] [--out runs/learning_transfer]
+    .venv/bin/python benchmarks/learning_transfer.py [--setting finance|bfcl] [--seeds 0 1 2] [--steps 10]
+                                                     [--per-kind 20] [--arms ...] [--out runs/learning_transfer]
 
-Issue 26's settings 1 and 2, on finance (the demo's config otherwise: model, G, LoRA, GRPO settings, seeding steps).
-References exist only for pct_change; revenue_growth and eps_surprise have their verifier and no reference. Per seed:
-- grpo-all-kinds: seeding on pct_change references (`train.sft_mix = {pct_change = 1}`), then GRPO on all three kinds;
-- sft-matched: the same seeding, then SFT on pct_change for as long as that run's GRPO took (CPU time matched, as in
-  benchmarks/learning.py: extra SFT steps = GRPO seconds / seconds per SFT step, both measured in grpo-all-kinds);
-- grpo-pct: seeding then GRPO on pct_change only (the demo's arm);
-- oracle-sft: SFT on references of all three kinds for the matched time: what the missing references are worth.
-Every arm's final policy is evaluated greedily, with the strict verifier, on `--per-kind` held-out tasks of each kind
-(companies never seen in training) on `finance` and on `finance_shifted` (the same tasks behind renamed tools,
-renamed arguments and another response layout, never trained on), and for retention (setting 4) on `capitals`:
-40 capital-city questions in a plain chat turn, a skill the base model has (70% greedy) and tool-use training can
-erode. The forward KL to the base model is measured on the run's own training prompts: completions sampled from the
-trained policy (`--kl-prompts` prompts x 2), mean over policy tokens of log pi_trained - log pi_base on them.
-Reported per arm, environment and kind: success as the mean over seeds with a 95% bootstrap interval (seeds, then
-tasks), GRPO's margin over matched SFT paired by seed and task, retention and KL per run. Finished runs and
-evaluations are read back (`--fresh` re-runs). Writes benchmarks/results/NAME.json and NAME.png (`--results`,
-default learning_transfer).
+Issue 26's settings, each a config and the held-out evaluations its arms are compared on:
+- `finance` (settings 1 and 2; the demo's config otherwise: model, G, LoRA, GRPO settings, seeding steps).
+  References exist only for pct_change; revenue_growth and eps_surprise have their verifier and no reference.
+  Evaluated on `--per-kind` held-out tasks of each kind (companies never seen in training) on `finance` and on
+  `finance_shifted` (the same tasks behind renamed tools, renamed arguments and another response layout, never
+  trained on). Arms per seed:
+  - grpo-all-kinds: seeding on pct_change references (`train.sft_mix = {pct_change = 1}`), then GRPO on all three;
+  - sft-matched: the same seeding, then SFT on pct_change for as long as that run's GRPO took (CPU time matched, as
+    in benchmarks/learning.py: extra SFT steps = GRPO seconds / seconds per SFT step, both measured in
+    grpo-all-kinds);
+  - grpo-pct: seeding then GRPO on pct_change only (the demo's arm);
+  - oracle-sft: SFT on references of all three kinds for the matched time: what the missing references are worth.
+- `bfcl` (setting 3, the ToolRL setting): the shipped BFCL recipe (src/grpolab/configs/bfcl.toml: the five
+  non-live categories, its warm start on single-call answers). grpo-all-kinds is the recipe's warm start then
+  GRPO on all five; sft-matched the same warm start then SFT on the ground-truth calls for the GRPO run's time.
+  Evaluated on `--per-kind` held-out tasks of simple_python and irrelevance and of live_simple and live_multiple
+  (real user queries, never trained on).
+Every arm's final policy is evaluated greedily with the strict verifier, and for retention (setting 4) on
+`capitals`: 40 capital-city questions in a plain chat turn, a skill the base model has (70% greedy) and tool-use
+training can erode. The forward KL to the base model is measured on the run's own training prompts: completions
+sampled from the trained policy (`--kl-prompts` prompts x 2), mean over policy tokens of log pi_trained - log
+pi_base on them. Reported per arm, environment and kind: success as the mean over seeds with a 95% bootstrap
+interval (seeds, then tasks), GRPO's margin over matched SFT paired by seed and task (retention too), retention
+and KL per run. Finished runs and evaluations are read back (`--fresh` re-runs). Writes
+benchmarks/results/NAME.json and NAME.png (`--results`, default learning_transfer, learning_transfer_bfcl).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import json
 import random
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,33 @@ ENVS = ["finance", "finance_shifted"]
 RETENTION = "capitals"
 ARMS = ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft")
 SEEDED_ON_PCT = {"train.sft_mix": {"pct_change": 1.0}}
+BFCL = DEMO.parent / "bfcl.toml"
+
+
+@dataclass(frozen=True)
+class Setting:
+    config: Path
+    evals: list[tuple[str, str]]
+    """(environment, task kind) pairs every arm is evaluated on, `--per-kind` held-out tasks each."""
+    seeding: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the GRPO and matched-SFT arms: the references they seed on and the kinds they train on."""
+    arms: tuple[str, ...] = ("grpo-all-kinds", "sft-matched")
+    results: str = "learning_transfer"
+
+
+SETTINGS = {
+    "finance": Setting(
+        DEMO,
+        [(env, kind) for env in ENVS for kind in KINDS],
+        {**SEEDED_ON_PCT, "task_kinds": KINDS},
+        ARMS,
+    ),
+    "bfcl": Setting(
+        BFCL,
+        [("bfcl", k) for k in ("simple_python", "irrelevance", "live_simple", "live_multiple")],
+        results="learning_transfer_bfcl",
+    ),
+}
 
 
 def retention_rows(model: Any, tokenizer: Any, cfg: Any) -> dict[str, dict[str, Any]]:
@@ -79,9 +116,11 @@ def kl_to_base(model: Any, tokenizer: Any, cfg: Any, base: Any, prompts: int) ->
     return total / max(tokens, 1.0)
 
 
-def transfer_eval(path: Path, per_kind: int, kl_prompts: int, base: Any, fresh: bool) -> dict[str, Any]:
-    """The run's final policy: {"rows": {env: {task_id: row}}} on `per_kind` held-out tasks of each kind of each env
-    and on every retention question, and its "kl" to the base model."""
+def transfer_eval(
+    path: Path, evals: list[tuple[str, str]], per_kind: int, kl_prompts: int, base: Any, fresh: bool
+) -> dict[str, Any]:
+    """The run's final policy: {"rows": {env: {task_id: row}}} on `per_kind` held-out tasks of each (env, kind) in
+    `evals` and on every retention question, and its "kl" to the base model."""
     from grpolab.engine.evaluate import evaluate
     from grpolab.engine.policy import load_run_policy
     from grpolab.envs import env_for
@@ -97,12 +136,10 @@ def transfer_eval(path: Path, per_kind: int, kl_prompts: int, base: Any, fresh: 
     model, tokenizer = load_run_policy(path)[:2]  # SFT-only runs have checkpoint 0
     cfg = RunDir(path).read_config()
     rows: dict[str, dict[str, dict[str, Any]]] = {}
-    for env_name in ENVS:
-        rows[env_name] = {}
-        for kind in KINDS:
-            env = env_for(cfg.model_copy(update={"env": env_name, "task_kinds": [kind]}))
-            _, episodes = evaluate(model, tokenizer, env, cfg, "heldout", per_kind)
-            rows[env_name].update({e.task.id: episode_row(e) for e in episodes})
+    for env_name, kind in evals:
+        env = env_for(cfg.model_copy(update={"env": env_name, "task_kinds": [kind]}))
+        _, episodes = evaluate(model, tokenizer, env, cfg, "heldout", per_kind)
+        rows.setdefault(env_name, {}).update({e.task.id: episode_row(e) for e in episodes})
     rows[RETENTION] = retention_rows(model, tokenizer, cfg)
     result = {"settings": settings, "rows": rows, "kl": kl_to_base(model, tokenizer, cfg, base, kl_prompts)}
     done.write_text(json.dumps(result))
@@ -111,16 +148,24 @@ def transfer_eval(path: Path, per_kind: int, kl_prompts: int, base: Any, fresh: 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--setting", choices=sorted(SETTINGS), default="finance")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--config", type=Path, default=DEMO)
+    ap.add_argument("--config", type=Path, help="default: the setting's (the demo's; the BFCL recipe)")
     ap.add_argument("--steps", type=int, default=10, help="GRPO steps of the GRPO arms")
     ap.add_argument("--per-kind", type=int, default=20, help="held-out tasks per kind and environment")
     ap.add_argument("--kl-prompts", type=int, default=8, help="training prompts (x 2 samples) for the KL to the base")
-    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--arms", nargs="+", choices=ARMS, help="default: all of the setting's")
     ap.add_argument("--fresh", action="store_true")
-    ap.add_argument("--out", type=Path, default=Path("runs/learning_transfer"))
-    ap.add_argument("--results", default="learning_transfer")
+    ap.add_argument("--out", type=Path, help="default: runs/learning_transfer (finance), runs/learning_transfer_bfcl")
+    ap.add_argument("--results", help="default: learning_transfer (finance), learning_transfer_bfcl")
     args = ap.parse_args()
+    setting = SETTINGS[args.setting]
+    args.config = args.config or setting.config
+    args.arms = args.arms or list(setting.arms)
+    args.results = args.results or setting.results
+    args.out = args.out or Path("runs") / setting.results
+    if not set(args.arms) <= set(setting.arms):
+        ap.error(f"--arms: the {args.setting} setting has {', '.join(setting.arms)}")
     base_cfg = load_config(args.config)
     seeding = base_cfg.train.sft_steps
     base, base_tokenizer = load_model(base_cfg.model, seed=0)
@@ -134,81 +179,83 @@ def main() -> None:
     arms: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
     for seed in args.seeds:
         runs: dict[str, Path] = {}
-        grpo_all = {**common, **SEEDED_ON_PCT, "seed": seed, "task_kinds": KINDS}
+        grpo_all = {**common, **setting.seeding, "seed": seed}
         needs_timing = {"grpo-all-kinds", "sft-matched", "oracle-sft"} & set(args.arms)
         if needs_timing:
             runs["grpo-all-kinds"] = args.out / f"grpo-all-kinds-{seed}"
             timed = run_arm(args.config, runs["grpo-all-kinds"], grpo_all, args.fresh)
             per_step = timed["sft_seconds"] / max(timed["sft_steps"], 1)
             matched = seeding + round(timed["grpo_seconds"] / max(per_step, 1e-9))
-            sft_only = {**common, "seed": seed, "task_kinds": KINDS, "train.steps": 0, "train.sft_steps": matched}
+            sft_only = {**common, "seed": seed, "train.steps": 0, "train.sft_steps": matched}
             if "sft-matched" in args.arms:
                 runs["sft-matched"] = args.out / f"sft-matched-{seed}"
-                run_arm(args.config, runs["sft-matched"], {**sft_only, **SEEDED_ON_PCT}, args.fresh)
+                run_arm(args.config, runs["sft-matched"], {**sft_only, **setting.seeding}, args.fresh)
             if "oracle-sft" in args.arms:
                 runs["oracle-sft"] = args.out / f"oracle-sft-{seed}"
-                run_arm(args.config, runs["oracle-sft"], sft_only, args.fresh)
+                run_arm(args.config, runs["oracle-sft"], {**sft_only, "task_kinds": KINDS}, args.fresh)
         if "grpo-pct" in args.arms:
             runs["grpo-pct"] = args.out / f"grpo-pct-{seed}"
             run_arm(args.config, runs["grpo-pct"], {**common, "seed": seed, "task_kinds": ["pct_change"]}, args.fresh)
         for arm in args.arms:
-            arms[arm][seed] = transfer_eval(runs[arm], args.per_kind, args.kl_prompts, base, args.fresh)
+            arms[arm][seed] = transfer_eval(runs[arm], setting.evals, args.per_kind, args.kl_prompts, base, args.fresh)
         print(json.dumps({"seed": seed, "done": sorted(runs)}))
-    result = summarise(arms, base_retention, args)
+    result = summarise(arms, base_retention, setting, args)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, RESULTS / f"{args.results}.png")
     print(json.dumps(result["success"], indent=1))
 
 
+def by_env(evals: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """{env: [kinds evaluated on it, then "all"]}, in the setting's order."""
+    out: dict[str, list[str]] = {}
+    for env, kind in evals:
+        out.setdefault(env, []).append(kind)
+    return {env: [*kinds, "all"] for env, kinds in out.items()}
+
+
 def summarise(
-    evals: dict[str, dict[int, dict[str, Any]]], base_retention: dict[str, dict[str, Any]], args: argparse.Namespace
+    evals: dict[str, dict[int, dict[str, Any]]],
+    base_retention: dict[str, dict[str, Any]],
+    setting: Setting,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     rng = random.Random(0)
-    arms = {arm: {s: e["rows"] for s, e in per_seed.items()} for arm, per_seed in evals.items()}
-    success: dict[str, dict[str, dict[str, list[float]]]] = {}
-    margin: dict[str, dict[str, list[float]]] = {}
-    for arm, per_seed in arms.items():
-        success[arm] = {}
-        for env in ENVS:
-            success[arm][env] = {}
-            for kind in [*KINDS, "all"]:
-                samples = [
-                    {t: solved(r) for t, r in per_seed[s][env].items() if kind in ("all", r["kind"])}
-                    for s in args.seeds
-                ]
-                success[arm][env][kind] = list(bootstrap(samples, rng))
     seeds = args.seeds
+    arms = {arm: {s: e["rows"] for s, e in per_seed.items()} for arm, per_seed in evals.items()}
+    envs = by_env(setting.evals)
+    target = setting.evals[0][0]  # the environment the arms train on
+
+    def rate(rows: dict[str, Any], kind: str) -> dict[str, float]:
+        return {t: solved(r) for t, r in rows.items() if kind in ("all", r["kind"])}
+
+    success = {
+        arm: {
+            env: {kind: list(bootstrap([rate(per_seed[s][env], kind) for s in seeds], rng)) for kind in kinds}
+            for env, kinds in envs.items()
+        }
+        for arm, per_seed in arms.items()
+    }
+    margin: dict[str, dict[str, list[float]]] = {}
     if {"grpo-all-kinds", "sft-matched"} <= set(arms):
         grpo, sft = arms["grpo-all-kinds"], arms["sft-matched"]
-        for env in ENVS:
+        for env, kinds in {**envs, RETENTION: ["all"]}.items():
             margin[env] = {}
-            for kind in [*KINDS, "all"]:
+            for kind in kinds:
                 paired = [
-                    {
-                        t: solved(r) - solved(sft[s][env][t])
-                        for t, r in grpo[s][env].items()
-                        if kind in ("all", r["kind"]) and t in sft[s][env]
-                    }
-                    for s in args.seeds
+                    {t: v - solved(sft[s][env][t]) for t, v in rate(grpo[s][env], kind).items() if t in sft[s][env]}
+                    for s in seeds
                 ]
                 margin[env][kind] = list(bootstrap(paired, rng))
-        kept = [{t: solved(r) - solved(sft[s][RETENTION][t]) for t, r in grpo[s][RETENTION].items()} for s in seeds]
-        margin[RETENTION] = {"all": list(bootstrap(kept, rng))}
     retention = {
-        arm: list(
-            bootstrap(
-                [{t: solved(r) for t, r in per_seed[s][RETENTION].items()} for s in args.seeds],
-                rng,
-            )
-        )
+        arm: list(bootstrap([rate(per_seed[s][RETENTION], "all") for s in seeds], rng))
         for arm, per_seed in arms.items()
     }
     runs = [
         {
             "arm": arm,
             "seed": s,
-            "finance": statistics.mean(solved(r) for r in arms[arm][s]["finance"].values()),
+            "target": statistics.mean(solved(r) for r in arms[arm][s][target].values()),
             "retention": statistics.mean(solved(r) for r in arms[arm][s][RETENTION].values()),
             "kl_to_base": e["kl"],
         }
@@ -216,17 +263,20 @@ def summarise(
         for s, e in per_seed.items()
     ]
     return {
+        "setting": args.setting,
+        "target_env": target,
         "success": success,
         "grpo_margin_over_matched_sft": margin,
         "retention": retention,
         "base_retention": statistics.mean(solved(r) for r in base_retention.values()),
         "runs": runs,
-        "seeds": args.seeds,
+        "seeds": seeds,
         "per_kind": args.per_kind,
         "grpo_steps": args.steps,
         "command": "python benchmarks/learning_transfer.py "
-        + ("" if args.config == DEMO else f"--config {args.config} ")
-        + f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps} --per-kind {args.per_kind} "
+        + ("" if args.setting == "finance" else f"--setting {args.setting} ")
+        + ("" if args.config == setting.config else f"--config {args.config} ")
+        + f"--seeds {' '.join(map(str, seeds))} --steps {args.steps} --per-kind {args.per_kind} "
         + f"--kl-prompts {args.kl_prompts} "
         + f"--arms {' '.join(args.arms)}",
     }
@@ -239,11 +289,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     arms = list(result["success"])
-    fig, axes = plt.subplots(1, len(ENVS) + 1, figsize=(6 * len(ENVS) + 5, 3.8))
+    envs = list(result["success"][arms[0]])
+    fig, axes = plt.subplots(1, len(envs) + 1, figsize=(6 * len(envs) + 5, 3.8))
     width = 0.8 / len(arms)
-    for ax, env in zip(axes, ENVS):
+    for ax, env in zip(axes, envs):
+        kinds = list(result["success"][arms[0]][env])
         for i, arm in enumerate(arms):
-            points = [result["success"][arm][env][k] for k in [*KINDS, "all"]]
+            points = [result["success"][arm][env][k] for k in kinds]
             xs = [x + i * width for x in range(len(points))]
             ax.bar(xs, [p[0] for p in points], width, label=arm)
             ax.errorbar(
@@ -254,17 +306,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 color="black",
                 linewidth=0.8,
             )
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(KINDS) + 1)], [*KINDS, "all"], fontsize=8)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(kinds))], kinds, fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_title(f"held-out success on {env} ({result['per_kind']} per kind, 95% CI)", fontsize=9)
     axes[0].legend(fontsize=7)
     ax = axes[-1]
     for arm in arms:
         points = [r for r in result["runs"] if r["arm"] == arm]
-        ax.scatter([r["retention"] for r in points], [r["finance"] for r in points], label=arm, s=18)
+        ax.scatter([r["retention"] for r in points], [r["target"] for r in points], label=arm, s=18)
     ax.axvline(result["base_retention"], color="#888", linestyle="--", label="base model")
     ax.set_xlabel(f"kept: {RETENTION} success", fontsize=8)
-    ax.set_ylabel("target: finance success (all kinds)", fontsize=8)
+    ax.set_ylabel(f"target: {result['target_env']} success (all evaluated kinds)", fontsize=8)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_title("gain against what was kept, one point per run", fontsize=9)
