@@ -119,3 +119,20 @@ def test_a_restated_report_before_the_result_does_not_end_the_answer(tiny, finan
     assert e.stop_reason == "answer"
     assert parse_transcript(e.text).final_answer == restated + task.reference_answer
     assert score_transcript(finance, task, e.text, count_tokens=len).components["completion"] == 1.0
+
+
+def test_a_run_made_before_the_rule_keeps_running_without_it(tmp_path):
+    """Resuming, evaluating or chatting with a run recorded before `rollout.stop_at_answer` existed must not switch
+    the rule on (its config.json has no such key); a run that recorded the key keeps what it recorded."""
+    import json
+
+    from grpolab.rundir import RunDir
+
+    cfg = load_config(None, {"model": "tiny"})
+    data = cfg.model_dump(mode="json")
+    assert data["rollout"]["stop_at_answer"] is True
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert RunDir(tmp_path).read_config().rollout.stop_at_answer is True
+    del data["rollout"]["stop_at_answer"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert RunDir(tmp_path).read_config().rollout.stop_at_answer is False

@@ -46,6 +46,12 @@ if TYPE_CHECKING:
     from grpolab.config import LabConfig
 
 
+
+MADE_WITHOUT = {("rollout", "stop_at_answer"): False}
+"""Settings whose default changes behaviour, with the value a run made before they existed had: a config.json
+without the key reads as made without it, so resuming, evaluating or chatting with an old run keeps its behaviour
+(the answer-stop rule, 2026-12-01, would otherwise switch on)."""
+
 class Artifacts(RunPath):
     # ---- paths ----
 
@@ -95,6 +101,10 @@ class Artifacts(RunPath):
         from grpolab.config import LabConfig
 
         data = self.config_data()
+        if isinstance(data, dict):
+            for (section, key), then in MADE_WITHOUT.items():
+                if isinstance(data.get(section), dict) and key not in data[section]:
+                    data[section][key] = then
         try:
             return LabConfig.model_validate(data)
         except Exception as exc:
