@@ -5,7 +5,8 @@ categories, and retention.
                                                      [--per-kind 20] [--arms ...] [--out runs/learning_transfer]
 
 Issue 26's settings, each a config and the held-out evaluations its arms are compared on:
-- `finance` (settings 1 and 2; the demo's config otherwise: model, G, LoRA, GRPO settings, seeding steps).
+- `finance` (settings 1 and 2; the demo's config with 3 turns and 224 new tokens, which revenue_growth's three calls
+  need; otherwise the demo's model, G, LoRA, GRPO settings, seeding steps).
   References exist only for pct_change; revenue_growth and eps_surprise have their verifier and no reference.
   Evaluated on `--per-kind` held-out tasks of each kind (companies never seen in training) on `finance` and on
   `finance_shifted` (the same tasks behind renamed tools, renamed arguments and another response layout, never
@@ -18,7 +19,9 @@ Issue 26's settings, each a config and the held-out evaluations its arms are com
   - oracle-sft: SFT on references of all three kinds for the matched time: what the missing references are worth.
 - `bfcl` (setting 3, the ToolRL setting): the shipped BFCL recipe (src/grpolab/configs/bfcl.toml: the five
   non-live categories, its warm start on single-call answers). grpo-all-kinds is the recipe's warm start then
-  GRPO on all five; sft-matched the same warm start then SFT on the ground-truth calls for the GRPO run's time.
+  GRPO on all five; sft-matched the same warm start then SFT on the ground-truth calls for the GRPO run's time
+  (the recipe's mix, simple_python and multiple: the SFT arm never sees irrelevance's no-call answers, which GRPO's
+  reward pays for, so the margin on irrelevance measures who had that signal as much as the method).
   Evaluated on `--per-kind` held-out tasks of simple_python and irrelevance and of live_simple and live_multiple
   (real user queries, never trained on).
 Every arm's final policy is evaluated greedily with the strict verifier, and for retention (setting 4) on
@@ -61,6 +64,8 @@ class Setting:
     """(environment, task kind) pairs every arm is evaluated on, `--per-kind` held-out tasks each."""
     seeding: dict[str, Any] = field(default_factory=dict)
     """Overrides of the GRPO and matched-SFT arms: the references they seed on and the kinds they train on."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Overrides of every arm and of the base model's evaluation."""
     arms: tuple[str, ...] = ("grpo-all-kinds", "sft-matched")
     results: str = "learning_transfer"
 
@@ -70,6 +75,9 @@ SETTINGS = {
         DEMO,
         [(env, kind) for env in ENVS for kind in KINDS],
         {**SEEDED_ON_PCT, "task_kinds": KINDS},
+        # revenue_growth takes three calls (two searches, the calculator) and its references 178-182 policy tokens:
+        # under the demo's 2 turns and 160 tokens it could not be solved at all
+        {"rollout.max_turns": 3, "rollout.max_new_tokens": 224},
         ARMS,
     ),
     "bfcl": Setting(
@@ -131,7 +139,8 @@ def transfer_eval(
     settings = {"per_kind": per_kind, "kl_prompts": kl_prompts}
     if not fresh and done.is_file():
         saved = json.loads(done.read_text())
-        if saved.get("settings") == settings:
+        covered = {(env, r["kind"]) for env, rows in saved.get("rows", {}).items() for r in rows.values()}
+        if saved.get("settings") == settings and set(evals) <= covered:
             return saved
     model, tokenizer = load_run_policy(path)[:2]  # SFT-only runs have checkpoint 0
     cfg = RunDir(path).read_config()
@@ -166,7 +175,7 @@ def main() -> None:
     args.out = args.out or Path("runs") / setting.results
     if not set(args.arms) <= set(setting.arms):
         ap.error(f"--arms: the {args.setting} setting has {', '.join(setting.arms)}")
-    base_cfg = load_config(args.config)
+    base_cfg = load_config(args.config, setting.overrides)
     seeding = base_cfg.train.sft_steps
     base, base_tokenizer = load_model(base_cfg.model, seed=0)
     base_retention = retention_rows(base, base_tokenizer, base_cfg)
@@ -175,6 +184,7 @@ def main() -> None:
         "train.eval_every": 0,
         "train.checkpoint_every": 1000,
         "train.steps": args.steps,
+        **setting.overrides,
     }
     arms: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
     for seed in args.seeds:

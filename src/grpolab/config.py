@@ -247,6 +247,21 @@ DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.toml"
 """The demo's config (`grpolab demo`): also the web lab's starting form and the simulator's calibration run."""
 
 
+MADE_WITHOUT = {("rollout", "stop_at_answer"): False}
+"""Settings whose default changes behaviour, with the value a run made before they existed had."""
+
+
+def as_recorded(data: Any) -> Any:
+    """A recorded config (a run's config.json, an export's manifest) with the settings it predates (MADE_WITHOUT)
+    set as they were when it was made: resuming, evaluating or chatting with an old run keeps its behaviour (the
+    answer-stop rule, 2026-12-01, would otherwise switch on)."""
+    if isinstance(data, dict):
+        for (section, key), then in MADE_WITHOUT.items():
+            if isinstance(data.get(section), dict) and key not in data[section]:
+                data = {**data, section: {**data[section], key: then}}
+    return data
+
+
 def load_config(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None, base: LabConfig | None = None
 ) -> LabConfig:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from grpolab.agent.gguf import CONVERT_HINT, GGUF_TYPES, GGUFType, gguf_problem, write_gguf
-from grpolab.config import LabConfig, config_to_dict
+from grpolab.config import LabConfig, as_recorded, config_to_dict
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import load_run_policy
 from grpolab.envs import env_for
@@ -270,6 +270,6 @@ def exported_config(path: Path) -> LabConfig | None:
     if problems:
         raise UserError(f"{manifest}: {problems[0]}", "re-export the run")
     try:
-        return LabConfig.model_validate({**data["config"], "model": str(path)})
+        return LabConfig.model_validate(as_recorded({**data["config"], "model": str(path)}))
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{manifest} is not a grpolab export manifest ({exc})", "re-export the run") from None

@@ -6,7 +6,7 @@ import random
 
 from grpolab.calculator import calculate
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
-from grpolab.envs.numeric import numbered_sentence_end, numbers_in, numeric_verdict
+from grpolab.envs.numeric import numbers_in, numeric_verdict, result_sentence_end
 from grpolab.tools import Tool, ToolBox, calculator
 
 TASKS_PER_SPLIT = {"train": 200, "heldout": 50}
@@ -68,8 +68,8 @@ class ArithmeticEnv(Environment):
 
     def answer_end(self, answer: str, evidence: Evidence) -> int | None:
         """The instructions ask for one sentence with the result: the answer ends with the first sentence that
-        states a number other than the inputs (`restated`)."""
-        return numbered_sentence_end(answer, self.restated(evidence))
+        states a number the calculator returned."""
+        return result_sentence_end(answer, [n for _, resp in evidence.responses for n in numbers_in(resp)])
 
     def restated(self, evidence: Evidence) -> list[float]:
         """Numbers an answer only restates: the prompt's and the calls' arguments (not results)."""

@@ -21,7 +21,7 @@ from typing import Any
 from rank_bm25 import BM25Okapi
 
 from grpolab.envs.base import Environment, Evidence, Split, Task, Verdict
-from grpolab.envs.numeric import numbered_sentence_end, numbers_in, numeric_verdict
+from grpolab.envs.numeric import numbers_in, numeric_verdict, result_sentence_end
 from grpolab.tools import Tool, ToolBox, calculator
 
 CORPUS_SEED = 20251
@@ -360,9 +360,10 @@ class FinanceEnv(Environment):
 
     def answer_end(self, answer: str, evidence: Evidence) -> int | None:
         """The instructions ask for one sentence with the result: the answer ends with the first sentence that
-        states a number other than the inputs (`restated`), so "PINN Q4 report: EPS $0.09 vs estimate $0.39." is
-        not taken for the answer."""
-        return numbered_sentence_end(answer, self.restated(evidence))
+        states a number the calculator returned (not a looked-up fact: "PINN Q4 report: EPS $0.09 vs estimate
+        $0.39." is not the answer)."""
+        calculated = [n for name, resp in evidence.responses if name != self._surface.search for n in numbers_in(resp)]
+        return result_sentence_end(answer, calculated)
 
     def restated(self, evidence: Evidence) -> list[float]:
         """Numbers an answer only restates, not results: the prompt's, the calls' arguments and the looked-up

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from grpolab.envs.base import Verdict
@@ -18,23 +19,32 @@ ANSWER_TOLERANCE = 0.0051
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 
 
-def numbered_sentence_end(answer: str, restated: list[float] | tuple[float, ...] = ()) -> int | None:
-    """The end of the first sentence that states a number other than a restated input (just past its `.`, `!` or
-    `?` when whitespace follows, or at the line break), or None while that sentence goes on: where a one-number
-    answer is complete. "ACME's stock changed by 14.17% in Q3 (from $120.00 to $137.00). This ..." ends after
-    "00)."; the point in "14.17" is not an end, since a sentence ends only where whitespace follows its `.`.
-    Numbers equal to one in `restated` (the prompt's, the calls' arguments, looked-up facts: what the verifier
-    does not count as results) do not make a sentence the answer, so "EPS $0.09 vs estimate $0.39. It missed by
-    $0.30." ends after the second sentence when 0.09 and 0.39 were looked up."""
+def result_sentence_end(answer: str, results: Sequence[float]) -> int | None:
+    """The end of the first sentence that states one of `results` (the numbers the episode's computing tool
+    returned; the verifier's own grounding rule, at its tolerance), just past its `.`, `!` or `?` when whitespace
+    follows or at the line break; None while no such sentence is complete. This is where a one-result answer is
+    done: "ACME's stock changed by 14.17% in Q3 (from $120.00 to $137.00). This ..." ends after "00)." when the
+    calculator returned 14.1667 (the point in "14.17" is not an end: a sentence ends where whitespace follows).
+    - Sentences that only restate inputs ("PINN Q4 report: EPS $0.09 vs estimate $0.39.") and steps before the
+      computation ("I compute (137 - 120) / 120 * 100.") state no result, so they do not end the answer.
+    - The sentence ends the answer only once the text after it has begun, and not with a tag: "The difference is
+      0.4.\n<tool_call>..." is a step before another call."""
     for match in _NUMBER_RE.finditer(answer):
         numbers = extract_numbers(match.group())
-        if numbers and any(abs(abs(numbers[0]) - abs(r)) <= 1e-9 for r in restated):
+        if not numbers or not _among(numbers[0], results, ANSWER_TOLERANCE):
             continue
         end = _SENTENCE_END.search(answer, match.start())
         if end is None:
             return None
+        after = answer[end.end() :].lstrip()
+        if not after or after.startswith("<"):
+            return None
         return end.end() if end.group() != "\n" else end.start()
     return None
+
+
+def _among(value: float, values: Sequence[float], tol: float) -> bool:
+    return any(abs(abs(value) - abs(v)) <= tol for v in values)
 
 
 def extract_numbers(text: str) -> list[float]:

@@ -46,12 +46,6 @@ if TYPE_CHECKING:
     from grpolab.config import LabConfig
 
 
-
-MADE_WITHOUT = {("rollout", "stop_at_answer"): False}
-"""Settings whose default changes behaviour, with the value a run made before they existed had: a config.json
-without the key reads as made without it, so resuming, evaluating or chatting with an old run keeps its behaviour
-(the answer-stop rule, 2026-12-01, would otherwise switch on)."""
-
 class Artifacts(RunPath):
     # ---- paths ----
 
@@ -98,15 +92,11 @@ class Artifacts(RunPath):
         self.write_json(CONFIG_FILE, cfg.model_dump(mode="json"))
 
     def read_config(self) -> LabConfig:
-        from grpolab.config import LabConfig
+        from grpolab.config import LabConfig, as_recorded
 
         data = self.config_data()
-        if isinstance(data, dict):
-            for (section, key), then in MADE_WITHOUT.items():
-                if isinstance(data.get(section), dict) and key not in data[section]:
-                    data[section][key] = then
         try:
-            return LabConfig.model_validate(data)
+            return LabConfig.model_validate(as_recorded(data))
         except Exception as exc:
             first = str(exc).splitlines()[0]
             raise UserError(f"{self.config_path} is not a valid config ({first})", "fix or remove it")
