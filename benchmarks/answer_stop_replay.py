@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/answer_stop_replay.py RUN_DIR [RUN_DIR ...] [--results NAME]
 
 For every recorded episode (training samples in episodes.jsonl, greedy held-out answers in eval/*.jsonl) of runs
-made without the rule, cut the final turn where the environment says the answer ends (the same function the rollout
-calls, `grpolab.engine.rollout.answer_end_in_turn`) and score the cut transcript again with the run's scorer.
+made without the rule, cut the first turn after a tool response where the environment says the answer ends (the
+same function the rollout calls, `grpolab.engine.rollout.answer_end_in_turn`) and score the cut transcript again
+with the run's scorer.
 Reported per source: how many episodes the rule would end early, the policy tokens it would save, and completion
 (the verifier) before and after the cut, with the episodes it turns to solved and to failed. This is an offline
 estimate: a policy trained with the rule would also sample differently after the answer (it never sees the rambling
@@ -21,7 +22,7 @@ from typing import Any
 from grpolab.engine.rollout import answer_end_in_turn
 from grpolab.envs import env_for
 from grpolab.models import load_tokenizer
-from grpolab.protocol import TOOL_RESPONSE_CLOSE
+from grpolab.protocol import THOUGHT_CLOSE, THOUGHT_OPEN, TOOL_RESPONSE_CLOSE
 from grpolab.rewards.replay import replay as replay_transcript
 from grpolab.rewards.score import score_transcript
 from grpolab.rundir import RunDir
@@ -30,15 +31,26 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def cut(env: Any, task: Any, text: str) -> str | None:
-    """The transcript ended where the rule would have ended it, or None where the rule would not fire."""
-    at = text.rfind(TOOL_RESPONSE_CLOSE)
-    if at < 0:
-        return None
-    head, turn = text[: at + len(TOOL_RESPONSE_CLOSE)], text[at + len(TOOL_RESPONSE_CLOSE) :]
-    evidence = replay_transcript(env, task, head).evidence
-    assert evidence is not None
-    end = answer_end_in_turn(env, turn, evidence)
-    return None if end is None or end >= len(turn.rstrip()) else head + turn[:end]
+    """The transcript ended where the rule would have ended it, or None where the rule would not fire. Every turn
+    after a tool response is tried in order, as the rollout does, on its text before the next tag (a call): the rule
+    decides before that tag is sampled, with the evidence of the responses so far."""
+    start = 0
+    while (at := text.find(TOOL_RESPONSE_CLOSE, start)) >= 0:
+        start = at + len(TOOL_RESPONSE_CLOSE)
+        head, turn = text[:start], text[start:]
+        body = turn.lstrip()
+        skip = len(turn) - len(body)
+        if body.startswith(THOUGHT_OPEN):
+            close = body.find(THOUGHT_CLOSE)
+            skip = len(turn) if close < 0 else skip + close + len(THOUGHT_CLOSE)
+        tag = turn.find("<", skip)
+        before_tag = turn if tag < 0 else turn[:tag]
+        evidence = replay_transcript(env, task, head).evidence
+        assert evidence is not None
+        end = answer_end_in_turn(env, before_tag, evidence)
+        if end is not None and end < len(turn.rstrip()):
+            return head + turn[:end]
+    return None
 
 
 def replay(rows: list[dict[str, Any]], env: Any, cfg: Any, tok: Any) -> dict[str, Any]:
