@@ -40,6 +40,7 @@ import argparse
 import json
 import random
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,6 +284,7 @@ def summarise(
         "seeds": seeds,
         "per_kind": args.per_kind,
         "grpo_steps": args.steps,
+        "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/learning_transfer.py "
         + ("" if args.setting == "finance" else f"--setting {args.setting} ")
         + ("" if args.config == setting.config else f"--config {args.config} ")

@@ -88,6 +88,42 @@ LEARNING = {
 """Learning results shown in the table, with the title of their row."""
 
 
+TRANSFER = {"learning_transfer": "finance", "learning_transfer_bfcl": "BFCL"}
+"""Issue 26's settings (benchmarks/learning_transfer.py), with the name of their row."""
+
+
+def _points(margin: list[float]) -> str:
+    """A (mean, low, high) difference of fractions as `+12 points [-3, +27]`."""
+    m, lo, hi = (100 * x for x in margin)
+    return f"{m:+.0f} points [{lo:+.0f}, {hi:+.0f}]"
+
+
+def _transfer(t: dict, what: str) -> list[str]:
+    n = len(t["seeds"])
+    title = (
+        f"where GRPO earns its keep: {what}, {n} seed{'s' if n > 1 else ''} x {t['per_kind']} held-out tasks per kind, "
+        f"{t['grpo_steps']} GRPO steps, mean [95% CI]"
+    )
+    parts = []
+    for arm, envs in t["success"].items():
+        per_env = ", ".join(
+            f"{env} {'; '.join(f'{k} {_ci(v)}' for k, v in kinds.items())}" for env, kinds in envs.items()
+        )
+        parts.append(f"{arm}: {per_env}; retention ({t.get('retention_env', 'capitals')}) {_ci(t['retention'][arm])}")
+    fig = " / ".join(parts) + f" (base model's retention {_pct(t['base_retention'])})"
+    rows = [f"| {title} | {fig} | `{t['command']}` | {t.get('date', '')} |"]
+    if t["grpo_margin_over_matched_sft"]:
+        margins = "; ".join(
+            f"{env} {k} {_points(v)}"
+            for env, kinds in t["grpo_margin_over_matched_sft"].items()
+            for k, v in kinds.items()
+        )
+        rows.append(
+            f"| GRPO margin over matched SFT ({what}), paired by seed and task | {margins} | (same command) | |"
+        )
+    return rows
+
+
 def _learning(lr: dict, what: str = "learning on finance") -> list[str]:
     arms = lr["arms"]
     fig = "; ".join(
@@ -197,6 +233,10 @@ def rows() -> list[str]:
         lr = _load(name)
         if lr and "arms" in lr:
             out += _learning(lr, what)
+    for name, what in TRANSFER.items():
+        t = _load(name)
+        if t:
+            out += _transfer(t, what)
     out.append(_bfcl_parity_row())
     h = _load("hack_detection")
     if h:
