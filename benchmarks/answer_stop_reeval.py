@@ -5,8 +5,9 @@
 The same policy (the run's latest checkpoint), the same held-out tasks (the run's last evaluation, greedy, strict
 verifier), only the code around it changed: what a change to the rollout's rules (e.g. `rollout.stop_at_answer`)
 does to a finished run without retraining it. Reported per run: success recorded and now, the tasks that turned
-solved and failed (with the recorded and the new final answer of each), the stop reasons now. Writes
-benchmarks/results/NAME.json (default answer_stop_reeval).
+solved and failed (with the recorded and the new final answer of each), the stop reasons now, and every failure
+now (stop, the verifier's reason, the final answer). Writes benchmarks/results/NAME.json (default
+answer_stop_reeval).
 """
 
 from __future__ import annotations
@@ -59,6 +60,16 @@ def reeval(path: Path) -> dict[str, Any]:
         "solved_now": sum(solved(now[t]) for t in common),
         **changed,
         "stops_now": dict(Counter(now[t].get("stop") for t in common)),
+        "failed_now": [
+            {
+                "task": t,
+                "stop": now[t].get("stop"),
+                "why": (now[t].get("reasons") or {}).get("completion"),
+                "now": answer(now[t]),
+            }
+            for t in common
+            if not solved(now[t])
+        ],
     }
 
 
