@@ -19,10 +19,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grpolab.engine.rollout import answer_end_in_turn
+from grpolab.engine.rollout import answer_end_in_turn, answer_start
 from grpolab.envs import env_for
 from grpolab.models import load_tokenizer
-from grpolab.protocol import THOUGHT_CLOSE, THOUGHT_OPEN, TOOL_RESPONSE_CLOSE
+from grpolab.protocol import TOOL_RESPONSE_CLOSE
 from grpolab.rewards.replay import replay as replay_transcript
 from grpolab.rewards.score import score_transcript
 from grpolab.rundir import RunDir
@@ -38,11 +38,9 @@ def cut(env: Any, task: Any, text: str) -> str | None:
     while (at := text.find(TOOL_RESPONSE_CLOSE, start)) >= 0:
         start = at + len(TOOL_RESPONSE_CLOSE)
         head, turn = text[:start], text[start:]
-        body = turn.lstrip()
-        skip = len(turn) - len(body)
-        if body.startswith(THOUGHT_OPEN):
-            close = body.find(THOUGHT_CLOSE)
-            skip = len(turn) if close < 0 else skip + close + len(THOUGHT_CLOSE)
+        skip = answer_start(turn)
+        if skip is None:  # a thought never closed: no answer in this turn
+            continue
         tag = turn.find("<", skip)
         before_tag = turn if tag < 0 else turn[:tag]
         evidence = replay_transcript(env, task, head).evidence

@@ -266,8 +266,8 @@ def summarise(
         {
             "arm": arm,
             "seed": s,
-            "target": statistics.mean(solved(r) for r in arms[arm][s][target].values()),
-            "retention": statistics.mean(solved(r) for r in arms[arm][s][RETENTION].values()),
+            "target": statistics.mean(rate(arms[arm][s][target], "all").values()),
+            "retention": statistics.mean(rate(arms[arm][s][RETENTION], "all").values()),
             "kl_to_base": e["kl"],
         }
         for arm, per_seed in evals.items()

@@ -109,9 +109,9 @@ def _transfer(t: dict, what: str) -> list[str]:
         per_env = ", ".join(
             f"{env} {'; '.join(f'{k} {_ci(v)}' for k, v in kinds.items())}" for env, kinds in envs.items()
         )
-        parts.append(f"{arm}: {per_env}; retention ({t.get('retention_env', 'capitals')}) {_ci(t['retention'][arm])}")
+        parts.append(f"{arm}: {per_env}; retention (capitals) {_ci(t['retention'][arm])}")
     fig = " / ".join(parts) + f" (base model's retention {_pct(t['base_retention'])})"
-    rows = [f"| {title} | {fig} | `{t['command']}` | {t.get('date', '')} |"]
+    rows = [f"| {title} | {fig} | `{t['command']}` | {t['date']} |"]
     if t["grpo_margin_over_matched_sft"]:
         margins = "; ".join(
             f"{env} {k} {_points(v)}"

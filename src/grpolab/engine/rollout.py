@@ -127,17 +127,24 @@ def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator 
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 
 
-def answer_end_in_turn(env: Environment, turn: str, evidence: Evidence) -> int | None:
-    """Where the final answer ends in the policy's text of a turn after a tool response (`env.answer_end`, given the
-    episode's tool traffic so far), or None. The answer is the text after the turn's thought: a turn that opens a
-    thought counts only once the thought is closed, and text holding a tag (a call under way) is never an answer."""
+def answer_start(turn: str) -> int | None:
+    """Where the answer may begin in the policy's text of a turn: after the turn's thought when it opens one, None
+    while that thought is still open."""
     text = turn.lstrip()
     start = len(turn) - len(text)
-    if text.startswith(THOUGHT_OPEN):
-        close = text.find(THOUGHT_CLOSE)
-        if close < 0:
-            return None
-        start += close + len(THOUGHT_CLOSE)
+    if not text.startswith(THOUGHT_OPEN):
+        return start
+    close = text.find(THOUGHT_CLOSE)
+    return None if close < 0 else start + close + len(THOUGHT_CLOSE)
+
+
+def answer_end_in_turn(env: Environment, turn: str, evidence: Evidence) -> int | None:
+    """Where the final answer ends in the policy's text of a turn after a tool response (`env.answer_end`, given the
+    episode's tool traffic so far), or None. The answer is the text after the turn's thought (`answer_start`), and
+    text holding a tag (a call under way) is never an answer."""
+    start = answer_start(turn)
+    if start is None:
+        return None
     answer = turn[start:]
     if "<" in answer:
         return None

@@ -71,11 +71,7 @@ class ArithmeticEnv(Environment):
         states a number the calculator returned."""
         return result_sentence_end(answer, [n for _, resp in evidence.responses for n in numbers_in(resp)])
 
-    def restated(self, evidence: Evidence) -> list[float]:
-        """Numbers an answer only restates: the prompt's and the calls' arguments (not results)."""
-        return numbers_in(evidence.prompt) + [n for _, args in evidence.calls for n in numbers_in(args)]
-
     def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
-        context = self.restated(evidence)
+        context = numbers_in(evidence.prompt) + [n for _, args in evidence.calls for n in numbers_in(args)]
         grounding = [n for _, resp in evidence.responses for n in numbers_in(resp)]
         return numeric_verdict(final_answer, task.truth, context, grounding, signed=False)

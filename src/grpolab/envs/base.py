@@ -90,9 +90,9 @@ class Environment:
     def answer_end(self, answer: str, evidence: Evidence) -> int | None:
         """Where the final answer ends in `answer` (the policy's text after a tool response, its thought left out),
         given the episode's prompt and tool traffic so far (`evidence`): the index just past its end, or None while
-        it goes on. The rollout stops the episode there
-        (`rollout.stop_at_answer`) instead of letting it ramble on to the token budget. None always (the default):
-        this environment declares no end, and episodes run to end of turn or the budget."""
+        it goes on. The rollout stops the episode there (`rollout.stop_at_answer`) instead of letting it ramble on
+        to the token budget. None always (the default): this environment declares no end, and episodes run to end of
+        turn or the budget."""
         return None
 
     def verify_calls(self, task: Task, calls: list) -> Verdict:

@@ -365,16 +365,10 @@ class FinanceEnv(Environment):
         calculated = [n for name, resp in evidence.responses if name != self._surface.search for n in numbers_in(resp)]
         return result_sentence_end(answer, calculated)
 
-    def restated(self, evidence: Evidence) -> list[float]:
-        """Numbers an answer only restates, not results: the prompt's, the calls' arguments and the looked-up
-        facts (search responses)."""
+    def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
         context = numbers_in(evidence.prompt)
         context += [n for _, args in evidence.calls for n in numbers_in(args)]
         context += [n for name, resp in evidence.responses if name == self._surface.search for n in numbers_in(resp)]
-        return context
-
-    def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
-        context = self.restated(evidence)
         grounding = [n for _, resp in evidence.responses for n in numbers_in(resp)]
         if task.kind == "eps_surprise":
             words = set(re.findall(r"\b(beat|beats|missed|miss|misses)\b", final_answer.lower()))

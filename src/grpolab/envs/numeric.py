@@ -44,7 +44,7 @@ def result_sentence_end(answer: str, results: Sequence[float]) -> int | None:
 
 
 def _among(value: float, values: Sequence[float], tol: float) -> bool:
-    return any(abs(abs(value) - abs(v)) <= tol for v in values)
+    return any(_near(abs(value), abs(v), tol) for v in values)
 
 
 def extract_numbers(text: str) -> list[float]:
