@@ -45,7 +45,9 @@ def run_arm(config: Path, out: Path, overrides: dict[str, Any], fresh: bool = Fa
     cfg = load_config(config, overrides)
     done = out / "benchmark.json"
     finished = json.loads(done.read_text()) if not fresh and done.is_file() else {}
-    if finished.get("overrides") == overrides:
+    # read back only a run made from this very config: the same overrides of another config file (or of this file
+    # since edited) record another config.json
+    if finished.get("overrides") == overrides and RunDir(out).read_config() == cfg:
         minutes = finished["minutes"]
     else:
         if out.exists():

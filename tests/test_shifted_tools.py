@@ -230,6 +230,14 @@ def test_eval_of_a_run_on_an_unknown_env_exits_2_before_loading_the_policy(cli, 
     assert code == 2 and "unknown task kind 'pct_change' for env 'arithmetic'" in err and seen == []
 
 
+def test_eval_of_a_run_refuses_flags_its_own_config_overrules(cli, fake_run):
+    """--model, --seed, --weights and --config would be dropped silently under the run's own config: exit 2."""
+    run, seen = fake_run
+    code, _, err = cli("eval", "--run", str(run), "--model", "tiny", "--seed", "3", "--limit", "1")
+    assert code == 2 and "--model, --seed cannot be combined with --run" in err and "drop --model, --seed" in err
+    assert seen == []
+
+
 def test_eval_of_a_run_on_an_env_without_its_task_kinds_uses_all_of_that_envs_tasks(cli, fake_run):
     """A demo run (task_kinds = pct_change) checked for retention on `capitals`: the run's kinds are not that env's,
     so all of its tasks are evaluated; on finance_shifted (which has them) the run's kinds still carry over."""

@@ -125,6 +125,16 @@ def eval_(
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
+        ignored = [
+            flag
+            for flag, value in (("--config", config), ("--model", model), ("--seed", seed), ("--weights", weights))
+            if value is not None
+        ]
+        if ignored:  # the run's policy is evaluated under the run's own config: these would be silently dropped
+            raise UserError(
+                f"{', '.join(ignored)} cannot be combined with --run (its policy is evaluated under its own config)",
+                f"drop {', '.join(ignored)}, or evaluate a model without --run",
+            )
         cfg = RunDir(run).read_config()
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
