@@ -1,0 +1,135 @@
+"""How far an int8 rollout copy samples from the fp32 policy it stands for: the dynamic W8A8 copy (`rollout.engine =
+"int8"`) against weight-only int8, per token, on the demo's prompts.
+
+    .venv/bin/python benchmarks/int8_mismatch.py [--sft-steps 10] [--steps 2] [--model smollm2]
+
+The demo's policy after its SFT warm start samples the groups of `--steps` GRPO steps (the demo's prompts, G,
+temperature and budget) from each copy; the fp32 policy then scores the same tokens through the training forward
+(`group_token_stats`). Per copy, over policy tokens: the k3 estimate of KL(sampler || policy) and the fraction of
+token ratios pi_policy / pi_sampler outside [0.9, 1.1], the figures a run logs as mismatch/kl and mismatch/ratio_out.
+Copies:
+- exact: the policy itself (the control: the rollout's fused decoder against the training forward, fp32 rounding);
+- w8a8: the lab's int8 engine (`grpolab.engine.sampler.Int8Sampler`: int8 weights per output channel, activations
+  quantised to int8 per call);
+- w8-only: int8 weights per output channel with the same scales, fp32 activations. This CPU has no fast kernel for
+  it (`torch._weight_int8pack_mm` ran 25x slower than the fp32 matmul here), so the copy holds the dequantised
+  weights in fp32: the numbers such a kernel computes, at fp32 speed. Its figures say whether the W8A8 copy's
+  mismatch comes from the weights or from the activations.
+No timings (the W8A8 copy's speed is vs_trl.py's int8 row; w8-only has no fast kernel here). Results:
+benchmarks/results/int8_mismatch.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from grpolab.config import load_config
+from grpolab.engine.grpo import sampler_mismatch
+from grpolab.engine.logprobs import group_token_stats
+from grpolab.engine.policy import build_policy
+from grpolab.engine.rollout import run_episodes, sampling_settings
+from grpolab.engine.sampler import Int8Sampler, _is_adapter
+from grpolab.engine.sft import sft_warm_start
+from grpolab.engine.trainer import step_generator, step_prompts
+from grpolab.envs import env_for
+
+RESULTS = Path(__file__).parent / "results"
+DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
+
+
+def weight_only_int8(policy: Any) -> Any:
+    """A copy of the policy whose base linear weights are rounded to int8 per output channel (symmetric, scale =
+    max |w| / 127, as Int8Linear's) and held dequantised in fp32; adapters, norms and the embedding stay fp32."""
+    model = copy.deepcopy(policy).eval()
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if type(module) is nn.Linear and not _is_adapter(name):
+                w = module.weight.detach().float()
+                scale = (w.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)
+                # a new parameter: the head is tied to the embedding, which stays fp32
+                module.weight = nn.Parameter((w / scale).round().clamp(-127, 127) * scale, requires_grad=False)
+    return model
+
+
+@torch.no_grad()
+def mismatch(policy: Any, episodes: list[Any], group_size: int, pad: int, temperature: float) -> dict[str, float]:
+    """Token-weighted k3 KL(sampler || policy) and ratio-out fraction over the episodes' policy tokens."""
+    kl = out = tokens = 0.0
+    for g in range(0, len(episodes), group_size):
+        group = episodes[g : g + group_size]
+        stats, mask = group_token_stats(
+            policy,
+            group[0].prompt_ids,
+            [e.completion_ids for e in group],
+            [e.mask for e in group],
+            pad,
+            temperature,
+            with_entropy=False,
+        )
+        sampled = torch.zeros_like(stats.logp)
+        for i, e in enumerate(group):
+            sampled[i, : len(e.logprobs)] = torch.tensor(e.logprobs, dtype=sampled.dtype)
+        n = float(mask.sum())
+        k3, outside = sampler_mismatch(stats.logp, sampled, mask)
+        kl, out, tokens = kl + k3 * n, out + outside * n, tokens + n
+    return {"k3_per_token": kl / max(tokens, 1), "ratio_out": out / max(tokens, 1), "policy_tokens": tokens}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sft-steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=2, help="GRPO steps' worth of groups sampled from each copy")
+    ap.add_argument("--model", default="smollm2")
+    args = ap.parse_args()
+    cfg = load_config(DEMO, {"model": args.model})
+    env = env_for(cfg)
+    policy, tok, _ = build_policy(cfg)
+    t = cfg.train
+    sft_warm_start(policy, tok, env, args.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
+    policy.eval()
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    sampling = sampling_settings(cfg)
+    G = cfg.rollout.group_size
+    tasks = env.tasks("train")
+    copies = {
+        "exact": lambda: policy,
+        "w8a8": lambda: Int8Sampler(policy).model,
+        "w8-only": lambda: weight_only_int8(policy),
+    }
+    rows: dict[str, dict[str, Any]] = {}
+    for name, build in copies.items():
+        model = build()
+        episodes = []
+        for step in range(1, args.steps + 1):
+            prompts = step_prompts(tasks, cfg, step)
+            episodes += run_episodes(model, tok, env, prompts, G, sampling, step_generator(cfg, step))
+        row = mismatch(policy, episodes, G, pad, cfg.rollout.temperature)
+        rows[name] = {k: float(f"{v:.3g}") for k, v in row.items()}
+        print(json.dumps({name: rows[name]}), flush=True)
+        del model
+    result = {
+        "model": args.model,
+        "config": "src/grpolab/configs/demo.toml",
+        "sft_steps": args.sft_steps,
+        "episodes_per_copy": args.steps * cfg.train.prompts_per_step * G,
+        "copies": rows,
+        "threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "python benchmarks/int8_mismatch.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "int8_mismatch.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
