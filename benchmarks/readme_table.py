@@ -216,6 +216,14 @@ def rows() -> list[str]:
     if v:
         model = v["setting"]["model"]
         out.append(f"| GRPO step, native vs TRL ({model}, fp32) | {_vs_trl(v)} | `{v['command']}` | {v['date']} |")
+    m = _load("int8_mismatch")
+    if m:
+        fig = "; ".join(
+            f"{name}: k3 {c['k3_per_token']:.4f} per token, {_pct(c['ratio_out'])} of ratios outside [0.9, 1.1]"
+            for name, c in m["copies"].items()
+        )
+        what = f"int8 rollout copies against the fp32 policy ({m['episodes_per_copy']} sampled episodes each)"
+        out.append(f"| {what} | {fig} | `{m['command']}` | {m['date']} |")
     v = _load("vs_trl_demo")
     if v:
         fig = (
