@@ -86,6 +86,11 @@ def test_stability_alarms():
     rows[-1].update({"kl": 0.5, "entropy": 0.01, "completion_len": 159.0})
     alarms = check_alarms(rows, {}, cfg)
     assert {"kl_bound", "entropy_collapse", "length_runaway"} <= set(alarms)
+    assert "sampler_mismatch" not in alarms  # the exact engine logs no mismatch
+    rows[-1]["mismatch/kl"] = 0.0003
+    assert "sampler_mismatch" not in check_alarms(rows, {}, cfg)
+    rows[-1]["mismatch/kl"] = 0.25  # the dynamic W8A8 copy of SmolLM2
+    assert "0.250 nats/token, past watch.mismatch_bound 0.05" in check_alarms(rows, {}, cfg)["sampler_mismatch"]
 
 
 def test_welch_t():

@@ -171,6 +171,10 @@ class WatchConfig(_Section):
     """Alarm when entropy falls below this fraction of its first-step value."""
     length_runaway: float = Field(1.5, gt=1)
     """Alarm when completion length exceeds this multiple of its first-step value and 90% of the token budget."""
+    mismatch_bound: float = Field(0.05, gt=0)
+    """Alarm when the rollout sampler's k3 KL to the policy (mismatch/kl, nats per token) passes this: the int8
+    engine's samples are then far off-policy. Weight-only int8 measured 0.003 on the demo, the dynamic W8A8 copy
+    0.22-0.31 (with a held-out loss of 18 points) on a CPU with VNNI (benchmarks/int8_mismatch.py)."""
     drift_window: int = Field(2, ge=1)
     """Steps in each window when the drift alarm and the reward attribution compare the start with the latest steps."""
     drift_z: float = Field(1.0, gt=0)

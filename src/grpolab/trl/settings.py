@@ -143,6 +143,7 @@ NOT_APPLICABLE: dict[str, str] = {
     "watch.hack_t": f"alarms; {_RUN_LOOP}",
     "watch.entropy_collapse": f"alarms; {_RUN_LOOP}",
     "watch.length_runaway": f"alarms; {_RUN_LOOP}",
+    "watch.mismatch_bound": f"the sampler-mismatch alarm (native int8 rollouts only); {_RUN_LOOP}",
     "watch.stop_on_alarm": f"alarms; {_RUN_LOOP}",
     "watch.drift_window": f"drift alarm and reward attribution; {_RUN_LOOP}",
     "watch.drift_z": f"drift alarm; {_RUN_LOOP}",

@@ -1,5 +1,6 @@
-"""Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway, behaviour drift and
-reward attribution (the hacks that ride along with real learning: `grpolab.trust.drift`, `grpolab.trust.attribution`).
+"""Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway, an int8 rollout
+sampler far from the policy, behaviour drift and reward attribution (the hacks that ride along with real learning:
+`grpolab.trust.drift`, `grpolab.trust.attribution`).
 
 Reward hacking is the failure the lab is built to catch: the training reward climbs while held-out
 verified success does not. The statistic: Welch's t of the training reward over the episodes of the last
@@ -26,6 +27,7 @@ from grpolab.vocabulary import (
     KL,
     KL_BOUND,
     KL_OVER_BOUND,
+    MISMATCH_KL,
     REWARD_MEAN,
     REWARD_STD,
 )
@@ -76,6 +78,13 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
     kl = latest.get(KL)
     if isinstance(kl, float) and kl > cfg.grpo.kl_bound:
         alarms[KL_BOUND] = f"kl {kl:.3f} is past the stability bound {cfg.grpo.kl_bound}"
+    mismatch = latest.get(MISMATCH_KL)
+    if isinstance(mismatch, float) and mismatch > w.mismatch_bound:
+        alarms["sampler_mismatch"] = (
+            f"the rollout sampler's k3 KL to the policy is {mismatch:.3f} nats/token, past watch.mismatch_bound "
+            f"{w.mismatch_bound}: its episodes are off-policy and the capped importance weights carry the update "
+            "(rollout.engine = 'exact' samples from the policy itself)"
+        )
     rewards = _series(history, REWARD_MEAN)
     scored = [r for r in history if finite(r.get(REWARD_MEAN)) and finite(r.get(REWARD_STD))]
     if len(rewards) >= 2 * w.hack_window and len(heldout) >= 2:
