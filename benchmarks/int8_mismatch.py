@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from grpolab.engine.grpo import sampler_mismatch
 from grpolab.engine.logprobs import group_token_stats
 from grpolab.engine.policy import build_policy
 from grpolab.engine.rollout import run_episodes, sampling_settings
-from grpolab.engine.sampler import Int8Sampler, _is_adapter
+from grpolab.engine.sampler import Int8Sampler, _is_adapter, full_range_is_exact
 from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import step_generator, step_prompts
 from grpolab.envs import env_for
@@ -122,6 +123,9 @@ def main() -> None:
         "episodes_per_copy": args.steps * cfg.train.prompts_per_step * G,
         "copies": rows,
         "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "w8a8_full_activation_range": full_range_is_exact(),  # False: 7-bit activations (no VNNI here)
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/int8_mismatch.py "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),

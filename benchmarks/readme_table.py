@@ -219,9 +219,10 @@ def rows() -> list[str]:
     m = _load("int8_mismatch")
     if m:
         fig = "; ".join(
-            f"{name}: k3 {c['k3_per_token']:.4f} per token, {_pct(c['ratio_out'])} of ratios outside [0.9, 1.1]"
+            f"{name}: k3 {max(c['k3_per_token'], 0):.4f} per token, {_pct(c['ratio_out'])} of ratios outside [0.9, 1.1]"
             for name, c in m["copies"].items()
         )
+        fig += f" ({m['cpu_capability']}, W8A8 activations {'8' if m['w8a8_full_activation_range'] else '7'}-bit)"
         what = f"int8 rollout copies against the fp32 policy ({m['episodes_per_copy']} sampled episodes each)"
         out.append(f"| {what} | {fig} | `{m['command']}` | {m['date']} |")
     v = _load("vs_trl_demo")
