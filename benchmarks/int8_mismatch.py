@@ -22,6 +22,7 @@ benchmarks/results/int8_mismatch.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import platform
@@ -61,6 +62,33 @@ def weight_only_int8(policy: Any) -> Any:
 
 
 @torch.no_grad()
+def activation_outliers(model: Any, tokenizer: Any, text: str) -> dict[str, Any]:
+    """Per linear layer of the base model, its input's largest channel peak over the median channel's peak on one
+    text (what one dynamic-quantisation scale per call has to span): the largest and the median over layers."""
+    ratios: dict[str, float] = {}
+
+    def hook(name: str) -> Any:
+        def record(module: Any, inputs: tuple[torch.Tensor, ...]) -> None:
+            peaks = inputs[0].reshape(-1, inputs[0].shape[-1]).abs().amax(0)
+            ratios[name] = float(peaks.max() / peaks.median())
+
+        return record
+
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    handles = [m.register_forward_pre_hook(hook(n)) for n, m in lm.named_modules() if type(m) is nn.Linear]
+    with model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext():
+        lm(input_ids=tokenizer(text, return_tensors="pt").input_ids)
+    for h in handles:
+        h.remove()
+    worst = max(ratios, key=ratios.__getitem__)
+    return {
+        "worst_layer": worst,
+        "worst_ratio": round(ratios[worst]),
+        "median_ratio": round(sorted(ratios.values())[len(ratios) // 2], 1),
+    }
+
+
+@torch.no_grad()
 def mismatch(policy: Any, episodes: list[Any], group_size: int, pad: int, temperature: float) -> dict[str, float]:
     """Token-weighted k3 KL(sampler || policy) and ratio-out fraction over the episodes' policy tokens."""
     kl = out = tokens = 0.0
@@ -93,6 +121,7 @@ def main() -> None:
     cfg = load_config(DEMO, {"model": args.model})
     env = env_for(cfg)
     policy, tok, _ = build_policy(cfg)
+    outliers = activation_outliers(policy, tok, env.tasks("train")[0].prompt)
     t = cfg.train
     sft_warm_start(policy, tok, env, args.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
     policy.eval()
@@ -122,6 +151,7 @@ def main() -> None:
         "sft_steps": args.sft_steps,
         "episodes_per_copy": args.steps * cfg.train.prompts_per_step * G,
         "copies": rows,
+        "activation_outliers": outliers,
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
