@@ -155,7 +155,7 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "w8a8_full_activation_range": full_range_is_exact(),  # False: 7-bit activations (no VNNI here)
+        "w8a8_full_activation_range": full_range_is_exact(),  # False: 7-bit activations (a CPU without VNNI)
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/int8_mismatch.py "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
