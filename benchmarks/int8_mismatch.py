@@ -40,7 +40,7 @@ from grpolab.engine.policy import build_policy
 from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.engine.sampler import Int8Sampler, _is_adapter, full_range_is_exact
 from grpolab.engine.sft import sft_warm_start
-from grpolab.engine.trainer import step_generator, step_prompts
+from grpolab.engine.trainer import sampler_logp, step_generator, step_prompts
 from grpolab.envs import env_for
 
 RESULTS = Path(__file__).parent / "results"
@@ -49,7 +49,8 @@ DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / 
 
 def weight_only_int8(policy: Any) -> Any:
     """A copy of the policy whose base linear weights are rounded to int8 per output channel (symmetric, scale =
-    max |w| / 127, as Int8Linear's) and held dequantised in fp32; adapters, norms and the embedding stay fp32."""
+    max |w| / 127, as `int8_packed`'s, here in fp32: about 4 elements in 10^5 round to the neighbouring step) and
+    held dequantised in fp32; adapters, norms and the embedding stay fp32."""
     model = copy.deepcopy(policy).eval()
     with torch.no_grad():
         for name, module in model.named_modules():
@@ -103,11 +104,8 @@ def mismatch(policy: Any, episodes: list[Any], group_size: int, pad: int, temper
             temperature,
             with_entropy=False,
         )
-        sampled = torch.zeros_like(stats.logp)
-        for i, e in enumerate(group):
-            sampled[i, : len(e.logprobs)] = torch.tensor(e.logprobs, dtype=sampled.dtype)
         n = float(mask.sum())
-        k3, outside = sampler_mismatch(stats.logp, sampled, mask)
+        k3, outside = sampler_mismatch(stats.logp, sampler_logp(group, stats.logp), mask)
         kl, out, tokens = kl + k3 * n, out + outside * n, tokens + n
     return {"k3_per_token": kl / max(tokens, 1), "ratio_out": out / max(tokens, 1), "policy_tokens": tokens}
 

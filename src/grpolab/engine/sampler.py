@@ -33,12 +33,18 @@ def full_range_is_exact() -> bool:
     this CPU (true with VNNI; false where int16 accumulation saturates): one probe layer, fixed random inputs."""
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(256, 512, generator=gen), torch.randn(16, 512, generator=gen)
-    scales = (w.abs().amax(dim=1) / 127).double()
-    qweight = torch.quantize_per_channel(w, scales, torch.zeros(256, dtype=torch.long), 0, torch.qint8)
-    packed = torch.ops.quantized.linear_prepack(qweight, None)
+    packed = int8_packed(w, None)
     exact = x @ w.T
     error = {r: float((torch.ops.quantized.linear_dynamic(x, packed, r) - exact).norm()) for r in (False, True)}
     return error[False] <= error[True]
+
+
+def int8_packed(weight: Tensor, bias: Tensor | None) -> Any:
+    """fbgemm's packed linear: int8 weights per output channel (symmetric, scale max |w| / 127), fp32 bias."""
+    w = weight.float()
+    scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+    qweight = torch.quantize_per_channel(w, scales, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.float())
 
 
 class Int8Linear(nn.Module):
@@ -50,15 +56,12 @@ class Int8Linear(nn.Module):
         self.pack(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
 
     def pack(self, weight: Tensor, bias: Tensor | None) -> None:
-        w = weight.float()
-        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
-        zeros = torch.zeros(w.shape[0], dtype=torch.long)
-        qweight = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
-        self.packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.float())
+        self.packed = int8_packed(weight, bias)
+        self.reduce_range = not full_range_is_exact()  # probed once per process, read here rather than per call
 
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         shape = x.shape
-        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, shape[-1]), self.packed, not full_range_is_exact())
+        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, shape[-1]), self.packed, self.reduce_range)
         return y.view(*shape[:-1], self.out_features)
 
 

@@ -67,6 +67,14 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def sampler_logp(episodes: list[Episode], like: Tensor) -> Tensor:
+    """(B, K) log-probs the rollout recorded, aligned with the trainer's `like` (0 on tool output and padding)."""
+    out = torch.zeros_like(like)
+    for i, e in enumerate(episodes):
+        out[i, : len(e.logprobs)] = torch.tensor(e.logprobs, dtype=like.dtype)
+    return out
+
+
 def step_prompts(tasks: list[Task], cfg: LabConfig, step: int, attempt: int = 0) -> list[Task]:
     rng = random.Random(f"{cfg.seed}-{step}-{attempt}")
     return rng.sample(tasks, min(cfg.train.prompts_per_step, len(tasks)))
@@ -185,13 +193,6 @@ class GRPOTrainer:
         with self.model.disable_adapter():
             return self._stats(self.model, episodes, False)[0].logp
 
-    def _sampler_logp(self, episodes: list[Episode], like: Tensor) -> Tensor:
-        """(B, K) log-probs the rollout recorded, aligned with the trainer's (0 on tool output and padding)."""
-        out = torch.zeros_like(like)
-        for i, e in enumerate(episodes):
-            out[i, : len(e.logprobs)] = torch.tensor(e.logprobs, dtype=like.dtype)
-        return out
-
     def update(self, episodes: list[Episode], advantages: Tensor, phases: Phases) -> dict[str, float]:
         cfg = self.cfg.grpo
         eps_high = cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon
@@ -215,7 +216,7 @@ class GRPOTrainer:
                 with phases("forward_backward", tokens=c.tokens):
                     stats, mask = self._stats(self.model, c.episodes)
                     if c.sampler is None:
-                        c.sampler = self._sampler_logp(c.episodes, stats.logp.detach())
+                        c.sampler = sampler_logp(c.episodes, stats.logp.detach())
                     # the policy before this step's update: with mu = 1 the current one (ratio 1 by construction);
                     # later epochs of an exact sampler: the log-probs it recorded; of int8: the extra pass above
                     old = c.old if c.old is not None else (c.sampler if exact and cfg.mu > 1 else stats.logp.detach())
