@@ -8,7 +8,9 @@ weight once and every live row's keys and values once; the bound is those bytes 
 so their ratio is measured on the same machine state:
 - `modules`: the decoder driving peft's modules (7 base matmuls + 7 LoRA pairs per layer);
 - `fused`: LoRA merged into q/k/v, gate/up and down matrices for the rollout (`grpolab.engine.fused`),
-  including the time to build the fused weights once per rollout, spread over a rollout's decode steps.
+  including the time to build the fused weights once per rollout, spread over a rollout's decode steps;
+- `packed`: the fused matrices and the LM head reordered once into oneDNN's layout (`PackedLinear`, the rollout's
+  default on CPUs with oneDNN), its build time counted the same way.
 Results: benchmarks/results/decode_step.json.
 """
 
@@ -70,14 +72,15 @@ def main() -> None:
     ones = torch.ones(R, dtype=torch.long)
 
     def build(variant: str) -> FastDecoder:
-        return FastDecoder(model, fused=variant == "fused")
+        return FastDecoder(model, fused=variant != "modules", packed=variant == "packed")
 
-    build_s = float("inf")
+    build_s = {"modules": 0.0, "fused": float("inf"), "packed": float("inf")}
     for _ in range(3):
-        start = time.perf_counter()
-        build("fused")
-        build_s = min(build_s, time.perf_counter() - start)
-    decoders = {v: build(v) for v in ("modules", "fused")}
+        for v in ("fused", "packed"):
+            start = time.perf_counter()
+            build(v)
+            build_s[v] = min(build_s[v], time.perf_counter() - start)
+    decoders = {v: build(v) for v in ("modules", "fused", "packed")}
     caches = {}
     with torch.no_grad():
         for v, dec in decoders.items():
@@ -105,7 +108,7 @@ def main() -> None:
             ]
     variants = {}
     for v, seconds in best.items():
-        per_step = seconds + (build_s / ROLLOUT_STEPS if v == "fused" else 0.0)
+        per_step = seconds + build_s[v] / ROLLOUT_STEPS
         variants[v] = {
             "ms_per_step": round(per_step * 1000, 2),
             "fraction_of_bound": round(bound_s / per_step, 3),
@@ -118,9 +121,11 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "bandwidth_gbs": round(bw, 2),
         "bound_ms": round(bound_s * 1000, 2),
-        "fused_build_ms": round(build_s * 1000, 1),
+        "fused_build_ms": round(build_s["fused"] * 1000, 1),
+        "packed_build_ms": round(build_s["packed"] * 1000, 1),
         "variants": variants,
-        "speedup_fused": round(best["modules"] / (best["fused"] + build_s / ROLLOUT_STEPS), 2),
+        "speedup_fused": round(variants["modules"]["ms_per_step"] / variants["fused"]["ms_per_step"], 2),
+        "speedup_packed": round(variants["fused"]["ms_per_step"] / variants["packed"]["ms_per_step"], 2),
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/decode_step.py "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),

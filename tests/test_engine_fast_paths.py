@@ -11,8 +11,10 @@ from grpolab.engine.decoder import FastDecoder, supports
 from grpolab.engine.grpo import sampler_mismatch, truncated_is_weights
 from grpolab.engine.logprobs import (
     group_token_stats,
+    length_segments,
     linear_logprobs,
     make_batch,
+    padded_positions,
     token_logprobs,
 )
 from grpolab.engine.policy import build_policy
@@ -140,21 +142,44 @@ def test_chunked_logprobs_and_gradients_equal_the_full_computation(temperature):
     assert torch.equal(same, logp) and torch.all(none == 0)
 
 
+def test_length_segments_trade_padding_against_calls_by_hand():
+    # one call pads 3 episodes to 100 (300 positions + 32); two calls: 100 + 32 and 2 x 10 + 32 = 184
+    assert length_segments([10, 100, 9], overhead=32) == [[1], [0, 2]]
+    assert length_segments([50, 49, 48], overhead=32) == [[0, 1, 2]]  # 6 padded positions cost less than a call
+    assert length_segments([5, 80, 40], overhead=0) == [[1], [2], [0]]  # free calls: no padding at all
+    assert length_segments([]) == []
+    assert padded_positions([10, 100, 9]) == 100 + 2 * 10
+
+
 def test_shared_prefix_stats_match_the_plain_forward(tiny, finance):
-    """Running the prompt once and repeating its cache gives the same log-probs (and gradients) as G full rows."""
+    """Running the prompt once and its completions in length-sorted calls gives the same log-probs and the same
+    gradients as G full left-padded rows."""
     _, model, tok = tiny
     prompt, ids, mask = reference_tokens(tok, finance, finance.task("pct_change-ACME-Q3"))
-    comps, masks = [ids, ids[:40], ids[:7]], [mask, mask[:40], mask[:7]]
-    plain = token_logprobs(model, make_batch([prompt] * 3, comps, masks, tok.pad_token_id))
-    shared, shared_mask = group_token_stats(model, prompt, comps, masks, tok.pad_token_id)
+    comps, masks = [ids[:38], ids, ids[:7], ids[:40], []], [mask[:38], mask, mask[:7], mask[:40], []]
+    assert len(length_segments([len(c) for c in comps])) > 1  # the calls really are cut
+    weights = torch.randn(len(comps), len(ids))
+    lora = [p for p in model.parameters() if p.requires_grad]
+
+    def gradients(logp: torch.Tensor) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        (logp * weights).sum().backward()
+        return [p.grad.clone() for p in lora]
+
+    plain = token_logprobs(model, make_batch([prompt] * len(comps), comps, masks, tok.pad_token_id))
+    aligned = torch.zeros(len(comps), len(ids))  # plain is right-aligned; shared is left-aligned
     for i, c in enumerate(comps):
-        a = plain[i, plain.shape[1] - len(c) :]
-        b = shared.logp[i, : len(c)]
-        assert torch.allclose(a, b, atol=1e-5), (i, (a - b).abs().max())
+        if c:
+            aligned[i, : len(c)] = plain[i, plain.shape[1] - len(c) :]
+    plain_grads = gradients(aligned)
+    shared, shared_mask = group_token_stats(model, prompt, comps, masks, tok.pad_token_id)
+    assert torch.allclose(aligned, shared.logp, atol=1e-5), (aligned - shared.logp).abs().max()
     assert shared_mask.sum() == sum(sum(m) for m in masks)
     assert torch.all(shared.logp[shared_mask == 0] == 0)  # tool output and padding get no log-prob
-    (shared.logp * shared_mask).sum().backward()
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
+    shared_grads = gradients(shared.logp)
+    assert any(g.abs().sum() > 0 for g in shared_grads)
+    for a, b in zip(plain_grads, shared_grads):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3), (a - b).abs().max()
 
 
 def test_truncated_importance_weights_by_hand():
@@ -269,3 +294,18 @@ def test_an_int8_linear_stays_within_a_few_percent_of_fp32_on_this_cpu():
     x = torch.randn(16, 576)
     exact = linear(x)
     assert float((Int8Linear(linear)(x) - exact).norm() / exact.norm()) < 0.05
+
+
+def test_packed_rollout_weights_give_the_plain_linear():
+    """The rollout's oneDNN-packed weights compute F.linear (fp32 rounding) at any row count, and they really are
+    packed where oneDNN is available (the layout the decode step's speed comes from)."""
+    from grpolab.engine.fused import PackedLinear
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 32), torch.randn(48)
+    packed, plain = PackedLinear(weight, bias), PackedLinear(weight, bias, packed=False)
+    assert packed.packed == torch.backends.mkldnn.is_available() and not plain.packed
+    for shape in [(1, 32), (16, 32), (16, 1, 32), (3, 50, 32)]:
+        x = torch.randn(*shape)
+        assert torch.allclose(packed(x), torch.nn.functional.linear(x, weight, bias), atol=1e-5)
+        assert torch.equal(plain(x), torch.nn.functional.linear(x, weight, bias))

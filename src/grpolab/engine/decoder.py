@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from grpolab.engine.fused import FusedLayer, fuse_layers
+from grpolab.engine.fused import FusedLayer, PackedLinear, effective_weight, fuse_layers
 
 SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "smollm3"}
 
@@ -110,7 +110,7 @@ class FastDecoder:
 
     The weights are read when the decoder is built (`fused`): build one per rollout, after the update."""
 
-    def __init__(self, model: Any, fused: bool = True):
+    def __init__(self, model: Any, fused: bool = True, packed: bool = True):
         self.model = model
         lm = base_model(model)
         self.lm, self.inner, self.cfg = lm, lm.model, lm.config
@@ -121,7 +121,9 @@ class FastDecoder:
         self.scaling = self.head_dim**-0.5
         no_rope = getattr(self.cfg, "no_rope_layers", None)  # smollm3: 1 = this layer uses RoPE
         self.rope = [bool(no_rope[i]) if no_rope else True for i in range(len(self.inner.layers))]
-        self.fused: list[FusedLayer] | None = fuse_layers(self.inner.layers) if fused else None
+        self.fused: list[FusedLayer] | None = fuse_layers(self.inner.layers, packed) if fused else None
+        head = effective_weight(lm.lm_head) if self.fused is not None else None
+        self.head: Any = lm.lm_head if head is None else PackedLinear(head[0], head[1], packed)
 
     @property
     def param(self) -> Tensor:
@@ -157,8 +159,8 @@ class FastDecoder:
             if w is None:
                 x = x + layer.mlp(h)
             else:
-                gate, up = F.linear(h, w.gate_up).chunk(2, dim=-1)
-                x = x + F.linear(layer.mlp.act_fn(gate) * up, w.down)
+                gate, up = w.gate_up(h).chunk(2, dim=-1)
+                x = x + w.down(layer.mlp.act_fn(gate) * up)
         last = x[torch.arange(R, device=x.device), n_valid - 1]  # (R, hidden)
         if rows is None:
             kv.lengths += n_valid
@@ -168,7 +170,7 @@ class FastDecoder:
 
     def logits(self, hidden: Tensor) -> Tensor:
         """(R, hidden) -> (R, vocab) in fp32."""
-        return self.lm.lm_head(hidden).float()
+        return self.head(hidden).float()
 
     def _attention(
         self,
@@ -185,7 +187,7 @@ class FastDecoder:
         if w is None:
             q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
         else:
-            q, k, v = F.linear(h, w.qkv, w.qkv_bias).split(w.splits, dim=-1)
+            q, k, v = w.qkv(h).split(w.splits, dim=-1)
         q = q.reshape(R, n, self.heads, self.head_dim)
         k = k.reshape(R, n, self.kv_heads, self.head_dim)
         v = v.reshape(R, n, self.kv_heads, self.head_dim)
@@ -206,7 +208,7 @@ class FastDecoder:
         qf = q.reshape(R, self.kv_heads, self.groups * n, self.head_dim)
         out = F.scaled_dot_product_attention(qf, K, V, attn_mask=chunk.mask, scale=self.scaling)
         out = out.view(R, self.heads, n, self.head_dim).transpose(1, 2).reshape(R, n, -1)
-        return attn.o_proj(out) if w is None else F.linear(out, w.o, w.o_bias)
+        return attn.o_proj(out) if w is None else w.o(out)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -1,7 +1,9 @@
 """Per-token log-probs, entropy and tool-token mass of episodes under a model, without materialising logits.
 
 `group_token_stats`: the G episodes of a group share their prompt, so the prompt is run once and its KV cache is
-repeated for the group (gradients flow through the shared prefix, so this is exact, not an approximation). The
+the prefix of every completion (gradients flow through the shared prefix, so this is exact, not an approximation).
+The completions run sorted by length, in calls cut so that each pads only to its own longest episode (in the demo,
+right-padding the whole group to its longest episode spent at least 11% of the positions on padding). The
 model body returns hidden states; the LM head then runs only on the tokens that need a log-prob (the policy's own
 tokens: tool output and padding get none), through `linear_logprobs`.
 
@@ -16,17 +18,23 @@ log-softmax would be ~600 MB each.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import DynamicCache
 
 from grpolab.engine.decoder import base_model
 from grpolab.models import cache_keyword, cache_of
 
 CHUNK_TOKENS = 256
 """Tokens per LM-head chunk: (256, 49152) fp32 logits are 50 MB."""
+
+SEGMENT_TOKENS = 32
+"""What one more forward call over a group's completions costs, in padded token positions (its fixed per-call cost
+against a token's share of the matmuls). `length_segments` trades padding against calls with it."""
 
 
 class LinearLogProbs(torch.autograd.Function):
@@ -104,6 +112,30 @@ def _body(model: Any) -> Any:
     return base_model(model).model
 
 
+def length_segments(lengths: list[int], overhead: int = SEGMENT_TOKENS) -> list[list[int]]:
+    """The episodes of a group (indices into `lengths`) cut into forward calls so that padded positions plus
+    `overhead` per call are fewest. Sorted longest first, a call pads to its first member's length; the cut is an
+    exact dynamic programme over the sorted order (G is small)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    best = [0.0] + [math.inf] * len(order)
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        for i in range(j):
+            cost = best[i] + overhead + lengths[order[i]] * (j - i)
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    segments, j = [], len(order)
+    while j > 0:
+        segments.append(order[cut[j] : j])
+        j = cut[j]
+    return segments[::-1]
+
+
+def padded_positions(lengths: list[int]) -> int:
+    """Completion positions `group_token_stats` runs for episodes of these lengths (padding included)."""
+    return sum(len(s) * lengths[s[0]] for s in length_segments(lengths))
+
+
 def group_token_stats(
     model: Any,
     prompt: list[int],
@@ -115,41 +147,56 @@ def group_token_stats(
 ) -> tuple[TokenStats, Tensor]:
     """Stats of episodes that share one prompt: (stats, mask), both (G, K) with completions left-aligned.
 
-    Log-probs are computed for mask-1 (policy) tokens only; elsewhere they are 0."""
+    The prompt runs once; its keys and values are the prefix of every completion, and the completions run in
+    length-sorted calls (`length_segments`), each padded only to its own longest episode. Log-probs are computed
+    for mask-1 (policy) tokens only; elsewhere they are 0."""
     device = next(model.parameters()).device
     G, K = len(completions), max(max(len(c) for c in completions), 1)
+    P = len(prompt)
     body = _body(model)
     out = body(input_ids=torch.tensor([prompt], device=device), use_cache=True)
-    cache = cache_of(out)
-    cache.batch_repeat_interleave(G)
+    prefix = [(layer.keys, layer.values) for layer in cache_of(out).layers]
     ids = torch.full((G, K), pad, dtype=torch.long, device=device)  # (G, K) right-padded
     mask = torch.zeros((G, K), dtype=torch.float32, device=device)
-    attention = torch.zeros((G, len(prompt) + K), dtype=torch.long, device=device)
-    attention[:, : len(prompt)] = 1
     for i, (c, m) in enumerate(zip(completions, masks)):
         if c:
             ids[i, : len(c)] = torch.tensor(c, device=device)
             mask[i, : len(c)] = torch.tensor(m, dtype=torch.float32, device=device)
-            attention[i, len(prompt) : len(prompt) + len(c)] = 1
-    positions = (len(prompt) + torch.arange(K, device=device))[None, :].expand(G, K)
-    out2 = body(
-        input_ids=ids,
-        attention_mask=attention,
-        position_ids=positions,
-        use_cache=True,
-        **{cache_keyword(body): cache},
-    )
-    # the hidden state before token k predicts it: the prompt's last state, then the completion's own states
-    first = out.last_hidden_state[:, -1:, :].expand(G, 1, -1)  # (G, 1, H)
-    hidden = torch.cat([first, out2.last_hidden_state[:, :-1, :]], dim=1)  # (G, K, H)
-    where = mask.bool()
-    logp_flat, entropy_flat = linear_logprobs(hidden[where], _head(model), ids[where], temperature, with_entropy)
-    logp = torch.zeros((G, K), dtype=logp_flat.dtype, device=device).index_put((where,), logp_flat)
+    first = out.last_hidden_state[0, -1]  # (H,): the prompt's last state predicts each completion's first token
+    pieces, rows, cols = [first.new_zeros(0, len(first))], [ids.new_zeros(0)], [ids.new_zeros(0)]
+    for segment in length_segments([len(c) for c in completions]):
+        n, k = len(segment), len(completions[segment[0]])
+        index = torch.tensor(segment, device=device)
+        where = mask[index, :k].bool()  # (n, k)
+        if not where.any():
+            continue
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(prefix):  # expanded views; the forward copies them once, as a cat
+            cache.update(keys.expand(n, -1, -1, -1), values.expand(n, -1, -1, -1), layer)
+        lengths = torch.tensor([len(completions[i]) for i in segment], device=device)
+        attention = torch.ones((n, P + k), dtype=torch.long, device=device)
+        attention[:, P:] = (torch.arange(k, device=device)[None, :] < lengths[:, None]).long()
+        out2 = body(
+            input_ids=ids[index, :k],
+            attention_mask=attention,
+            position_ids=(P + torch.arange(k, device=device))[None, :].expand(n, k),
+            use_cache=True,
+            **{cache_keyword(body): cache},
+        )
+        # the hidden state before token j predicts it: the prompt's last state, then the completion's own states
+        hidden = torch.cat([first.expand(n, 1, -1), out2.last_hidden_state[:, :-1, :]], dim=1)  # (n, k, H)
+        r, c = where.nonzero(as_tuple=True)  # row-major, the order of hidden[where]
+        pieces.append(hidden[where])
+        rows.append(index[r])
+        cols.append(c)
+    at = (torch.cat(rows), torch.cat(cols))
+    logp_flat, entropy_flat = linear_logprobs(torch.cat(pieces), _head(model), ids[at], temperature, with_entropy)
+    logp = torch.zeros((G, K), dtype=logp_flat.dtype, device=device).index_put(at, logp_flat)
     entropy = torch.zeros((G, K), dtype=entropy_flat.dtype, device=device)
     if with_entropy:
-        entropy = entropy.index_put((where,), entropy_flat.detach())
+        entropy = entropy.index_put(at, entropy_flat.detach())
     with torch.no_grad():
-        first_logits = (out.last_hidden_state[0, -1] @ _head(model).T).float() / temperature
+        first_logits = (first @ _head(model).T).float() / temperature
         first_probs = torch.softmax(first_logits, dim=-1)[None, :].expand(G, -1)
     return TokenStats(logp=logp, entropy=entropy, first_token_probs=first_probs), mask
 
