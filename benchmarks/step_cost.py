@@ -100,6 +100,24 @@ class Shape:
         return 2 * self.body * tokens + 2 * self.head * head_tokens + 4 * self.layers * self.hidden * context
 
 
+def padding(episodes: list[Any]) -> dict[str, float]:
+    """Share of the update's completion positions that are padding: a group right-padded to its longest episode
+    (the update before length-sorted calls) against the calls `group_token_stats` makes now."""
+    try:
+        from grpolab.engine.logprobs import padded_positions
+    except ImportError:  # a checkout from before the length-sorted calls (a "before" run)
+        padded_positions = None
+    groups: dict[int, list[int]] = {}
+    for e in episodes:
+        groups.setdefault(e.group, []).append(len(e.completion_ids))
+    useful = sum(sum(g) for g in groups.values())
+    rectangle = sum(len(g) * max(g) for g in groups.values())
+    out = {"group_rectangle": round(1 - useful / max(rectangle, 1), 3)}
+    if padded_positions is not None:
+        out["length_sorted_calls"] = round(1 - useful / max(sum(padded_positions(g) for g in groups.values()), 1), 3)
+    return out
+
+
 def phase_rows(m: dict[str, float], episodes: list[Any], shape: Shape, peak: float, bw: float) -> list[dict]:
     """One row per phase of a step: seconds, work, achieved rate, fraction of the roof."""
 
@@ -172,7 +190,8 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         result = trainer.step(step)
         m = result.metrics
-        steps.append({"metrics": m, "phases": phase_rows(m, result.episodes, shape, peak, bw)})
+        rows = phase_rows(m, result.episodes, shape, peak, bw)
+        steps.append({"metrics": m, "phases": rows, "padding": padding(result.episodes)})
         print(json.dumps({"step": step, "s": round(m["perf/step_s"], 1), "success": m.get("success")}), flush=True)
     start = time.perf_counter()
     summary, _ = evaluate(model, tok, env, cfg)
@@ -195,6 +214,7 @@ def main() -> None:
         "matmul_gflops_fp32": round(peak, 1),
         "bandwidth_gbs": round(bw, 2),
         "s_per_step": round(step_s, 1),
+        "padding_per_step": [s["padding"] for s in steps],
         "steps_timed": len(timed),
         "phases": phases,
         "peak_rss_mb": round(peak_rss_mb()),
