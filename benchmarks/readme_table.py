@@ -61,8 +61,20 @@ def _step_cost(r: dict) -> str:
         elif "fraction_of_peak" in p:
             rate = f", {_pct(p['fraction_of_peak'])} of peak"
         parts.append(f"{p['phase']} {p['seconds']:.1f} s{rate}")
+    unit = ""
+    if "per_unit" in r:
+        u, pad = r["per_unit"], r["padding_per_step"]
+        rect = sum(p["group_rectangle"] for p in pad) / len(pad)
+        unit = (
+            f". Per unit of work: decode {u['decode_ms_per_token']:.1f} ms per decoded token, reference + "
+            f"forward + backward {u['update_ms_per_policy_token']:.1f} ms per policy token; padding "
+            f"{_pct(rect)} of completion positions for a group padded to its longest episode"
+        )
+        if all("length_sorted_calls" in p for p in pad):
+            unit += f", {_pct(sum(p['length_sorted_calls'] for p in pad) / len(pad))} in the length-sorted calls"
     return (
-        f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + f". Peaks measured in the same run: "
+        f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + unit + ". "
+        "Peaks measured in the same run: "
         f"{r['matmul_gflops_fp32']:.0f} GFLOP/s fp32 matmul, {r['bandwidth_gbs']:.1f} GB/s read; "
         f"peak RSS {r['peak_rss_mb'] / 1024:.1f} GB"
     )
@@ -210,7 +222,7 @@ def rows() -> list[str]:
     r = _load("step_cost_before")
     if r:
         out.append(
-            f"| the same, engine before the fused rollout weights (run just before the row above) | {_step_cost(r)} | "
+            f"| the same, engine before this one (run just before the row above) | {_step_cost(r)} | "
             f"`{r['command']}` at commit {r.get('commit', '?')} | {r['date']} |"
         )
     d = _load("decode_step")

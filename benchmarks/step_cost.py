@@ -207,6 +207,13 @@ def main() -> None:
     evaluation = {"phase": "held-out evaluation", "seconds": round(eval_s, 2), "work": f"{cfg.train.eval_limit} tasks"}
     phases.append(evaluation)
     step_s = sum(s["metrics"]["perf/step_s"] for s in timed) / len(timed)
+    total = lambda key: sum(s["metrics"].get(f"perf/{key}", 0.0) for s in timed)  # noqa: E731
+    per_unit = {  # runs sample different episodes: compare these, not seconds per step
+        "decode_ms_per_token": round(1000 * total("decode_s") / max(total("decode_tokens"), 1), 2),
+        "update_ms_per_policy_token": round(
+            1000 * (total("reference_s") + total("forward_backward_s")) / max(total("forward_backward_tokens"), 1), 2
+        ),
+    }
     result = {
         "model": args.model,
         "engine": args.engine,
@@ -214,6 +221,7 @@ def main() -> None:
         "matmul_gflops_fp32": round(peak, 1),
         "bandwidth_gbs": round(bw, 2),
         "s_per_step": round(step_s, 1),
+        "per_unit": per_unit,
         "padding_per_step": [s["padding"] for s in steps],
         "steps_timed": len(timed),
         "phases": phases,
