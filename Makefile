@@ -31,6 +31,7 @@ bench: setup
 	$(PY) benchmarks/step_cost.py --sft-steps 10
 	$(PY) benchmarks/step_cost.py --sft-steps 10 --engine int8
 	$(PY) benchmarks/decode_step.py
+	$(PY) benchmarks/update_padding.py
 	$(PY) benchmarks/vs_trl.py --rounds 2
 	$(PY) benchmarks/learning.py --steps 10
 	$(PY) benchmarks/seeding.py --steps 1 2 3 4 6 8 10 12 15

@@ -63,15 +63,13 @@ def _step_cost(r: dict) -> str:
         parts.append(f"{p['phase']} {p['seconds']:.1f} s{rate}")
     unit = ""
     if "per_unit" in r:
-        u, pad = r["per_unit"], r["padding_per_step"]
-        rect = sum(p["group_rectangle"] for p in pad) / len(pad)
+        u = r["per_unit"]
+        pad = r.get("group_padding_per_step") or [p["group_rectangle"] for p in r["padding_per_step"]]
         unit = (
             f". Per unit of work: decode {u['decode_ms_per_token']:.1f} ms per decoded token, reference + "
-            f"forward + backward {u['update_ms_per_policy_token']:.1f} ms per policy token; padding "
-            f"{_pct(rect)} of completion positions for a group padded to its longest episode"
+            f"forward + backward {u['update_ms_per_policy_token']:.1f} ms per policy token; a group padded to its "
+            f"longest episode would be {_pct(min(pad))}-{_pct(max(pad))} padding"
         )
-        if all("length_sorted_calls" in p for p in pad):
-            unit += f", {_pct(sum(p['length_sorted_calls'] for p in pad) / len(pad))} in the length-sorted calls"
     return (
         f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + unit + ". "
         "Peaks measured in the same run: "
@@ -96,6 +94,19 @@ def _decode_step(d: dict) -> str:
             else ""
         )
         + f"bound {d['bound_ms']:.0f} ms at {d['bandwidth_gbs']:.1f} GB/s read"
+    )
+
+
+def _update_padding(d: dict) -> str:
+    b, pos = d["best_seconds"], d["positions"]
+    ratios = d["padded_over_sorted_per_round"]
+    return (
+        f"{d['episodes']} episodes of one demo rollout ({min(d['completion_lengths'])}-{max(d['completion_lengths'])} "
+        f"tokens), best of {len(d['seconds']['sorted/update'])} interleaved rounds: forward + backward "
+        f"{b['padded/update']:.1f} s padded -> {b['sorted/update']:.1f} s length-sorted (per round "
+        f"{min(ratios['update']):.2f}-{max(ratios['update']):.2f}x), no-gradient forward (the reference pass) "
+        f"{b['padded/reference']:.1f} -> {b['sorted/reference']:.1f} s ({min(ratios['reference']):.2f}-"
+        f"{max(ratios['reference']):.2f}x); positions run {pos['padded']:,} -> {pos['sorted']:,}"
     )
 
 
@@ -228,6 +239,12 @@ def rows() -> list[str]:
     d = _load("decode_step")
     if d:
         out.append(f"| one decode step of the demo's rollout | {_decode_step(d)} | `{d['command']}` | {d['date']} |")
+    d = _load("update_padding")
+    if d:
+        out.append(
+            f"| the update on the same episodes: each group padded to its longest vs length-sorted calls | "
+            f"{_update_padding(d)} | `{d['command']}` | {d['date']} |"
+        )
     r = _load("step_cost_int8")
     if r:
         out.append(f"| the same, int8 rollouts | {_step_cost(r)} | `{r['command']}` | {r['date']} |")

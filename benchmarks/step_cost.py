@@ -100,22 +100,14 @@ class Shape:
         return 2 * self.body * tokens + 2 * self.head * head_tokens + 4 * self.layers * self.hidden * context
 
 
-def padding(episodes: list[Any]) -> dict[str, float]:
-    """Share of the update's completion positions that are padding: a group right-padded to its longest episode
-    (the update before length-sorted calls) against the calls `group_token_stats` makes now."""
-    try:
-        from grpolab.engine.logprobs import padded_positions
-    except ImportError:  # a checkout from before the length-sorted calls (a "before" run)
-        padded_positions = None
+def padding(episodes: list[Any]) -> float:
+    """Share of completion positions that are padding when each group is right-padded to its longest episode (what
+    the update ran before its length-sorted calls, which run none)."""
     groups: dict[int, list[int]] = {}
     for e in episodes:
         groups.setdefault(e.group, []).append(len(e.completion_ids))
     useful = sum(sum(g) for g in groups.values())
-    rectangle = sum(len(g) * max(g) for g in groups.values())
-    out = {"group_rectangle": round(1 - useful / max(rectangle, 1), 3)}
-    if padded_positions is not None:
-        out["length_sorted_calls"] = round(1 - useful / max(sum(padded_positions(g) for g in groups.values()), 1), 3)
-    return out
+    return round(1 - useful / max(sum(len(g) * max(g) for g in groups.values()), 1), 3)
 
 
 def phase_rows(m: dict[str, float], episodes: list[Any], shape: Shape, peak: float, bw: float) -> list[dict]:
@@ -222,7 +214,7 @@ def main() -> None:
         "bandwidth_gbs": round(bw, 2),
         "s_per_step": round(step_s, 1),
         "per_unit": per_unit,
-        "padding_per_step": [s["padding"] for s in steps],
+        "group_padding_per_step": [s["padding"] for s in steps],
         "steps_timed": len(timed),
         "phases": phases,
         "peak_rss_mb": round(peak_rss_mb()),

@@ -14,7 +14,6 @@ from grpolab.engine.logprobs import (
     length_segments,
     linear_logprobs,
     make_batch,
-    padded_positions,
     token_logprobs,
 )
 from grpolab.engine.policy import build_policy
@@ -142,13 +141,10 @@ def test_chunked_logprobs_and_gradients_equal_the_full_computation(temperature):
     assert torch.equal(same, logp) and torch.all(none == 0)
 
 
-def test_length_segments_trade_padding_against_calls_by_hand():
-    # one call pads 3 episodes to 100 (300 positions + 32); two calls: 100 + 32 and 2 x 10 + 32 = 184
-    assert length_segments([10, 100, 9], overhead=32) == [[1], [0, 2]]
-    assert length_segments([50, 49, 48], overhead=32) == [[0, 1, 2]]  # 6 padded positions cost less than a call
-    assert length_segments([5, 80, 40], overhead=0) == [[1], [2], [0]]  # free calls: no padding at all
+def test_length_segments_need_no_padding_by_hand():
+    assert length_segments([10, 100, 9, 100]) == [[1, 3], [0], [2]]  # longest first, equal lengths share a call
+    assert length_segments([5]) == [[0]]
     assert length_segments([]) == []
-    assert padded_positions([10, 100, 9]) == 100 + 2 * 10
 
 
 def test_shared_prefix_stats_match_the_plain_forward(tiny, finance):
@@ -180,6 +176,8 @@ def test_shared_prefix_stats_match_the_plain_forward(tiny, finance):
     assert any(g.abs().sum() > 0 for g in shared_grads)
     for a, b in zip(plain_grads, shared_grads):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3), (a - b).abs().max()
+    padded, _ = group_token_stats(model, prompt, comps, masks, tok.pad_token_id, padded=True)  # the baseline
+    assert torch.allclose(padded.logp, shared.logp, atol=1e-5)
 
 
 def test_truncated_importance_weights_by_hand():

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from grpolab.config import LabConfig
 from grpolab.engine.grpo import group_advantages, grpo_loss, sampler_mismatch, truncated_is_weights
-from grpolab.engine.logprobs import TokenStats, group_token_stats, padded_positions
+from grpolab.engine.logprobs import TokenStats, group_token_stats
 from grpolab.engine.phases import Phases
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.engine.sampler import make_sampler
@@ -165,15 +165,13 @@ class GRPOTrainer:
     # ---- the update ----
 
     def _chunks(self, episodes: list[Episode]) -> list[_Chunk]:
-        """Episodes sharing a prompt (a group), at most MICRO_BATCH_TOKENS positions per chunk: the prompt once, and
-        the completions in the length-sorted calls `group_token_stats` makes, each padded to its longest."""
+        """Episodes sharing a prompt (a group), at most MICRO_BATCH_TOKENS positions per chunk: the prompt once and
+        the completions, which `group_token_stats` runs without padding."""
         chunks: list[_Chunk] = []
         for i, e in enumerate(episodes):
             last = chunks[-1] if chunks else None
             if last is not None and last.episodes[-1].group == e.group:
-                if len(e.prompt_ids) + padded_positions([len(x.completion_ids) for x in [*last.episodes, e]]) <= (
-                    MICRO_BATCH_TOKENS
-                ):
+                if len(e.prompt_ids) + sum(len(x.completion_ids) for x in [*last.episodes, e]) <= MICRO_BATCH_TOKENS:
                     last.index.append(i)
                     last.episodes.append(e)
                     continue
