@@ -176,6 +176,7 @@ def main() -> None:
     model, tok, _ = build_policy(cfg)
     t = cfg.train
     sft_warm_start(model, tok, env, args.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
+    rss = {"after_warm_start": round(peak_rss_mb())}  # ru_maxrss: the peak so far, per phase
     trainer = GRPOTrainer(model, tok, env, cfg)
     shape = Shape(model)
     steps = []
@@ -184,10 +185,12 @@ def main() -> None:
         m = result.metrics
         rows = phase_rows(m, result.episodes, shape, peak, bw)
         steps.append({"metrics": m, "phases": rows, "padding": padding(result.episodes)})
+        rss[f"after_step_{step}"] = round(peak_rss_mb())
         print(json.dumps({"step": step, "s": round(m["perf/step_s"], 1), "success": m.get("success")}), flush=True)
     start = time.perf_counter()
     summary, _ = evaluate(model, tok, env, cfg)
     eval_s = time.perf_counter() - start
+    rss["after_evaluation"] = round(peak_rss_mb())
     timed = steps[1:] or steps
     phases = []
     for i, first in enumerate(timed[0]["phases"]):
@@ -218,6 +221,7 @@ def main() -> None:
         "steps_timed": len(timed),
         "phases": phases,
         "peak_rss_mb": round(peak_rss_mb()),
+        "peak_rss_mb_by_phase": rss,
         "heldout_success_after": summary["heldout/success"],
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),

@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.engine import heap
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.envs.base import Environment, Split, Task
 from grpolab.metrics import heldout_summary
@@ -35,6 +36,7 @@ def evaluate(
     settings = sampling_settings(cfg, greedy=True)
     was_training = getattr(model, "training", False)
     model.eval()
+    heap.trim()  # what training freed goes back to the OS before this phase's larger batch
     episodes: list[Episode] = []
     try:
         for start in range(0, len(tasks), EVAL_BATCH):  # bounded memory: KV cache and prefill grow with the batch

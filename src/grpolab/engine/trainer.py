@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from grpolab.config import LabConfig
+from grpolab.engine import heap
 from grpolab.engine.grpo import group_advantages, grpo_loss, sampler_mismatch, truncated_is_weights
 from grpolab.engine.logprobs import TokenStats, group_token_stats
 from grpolab.engine.phases import Phases
@@ -284,11 +285,13 @@ class GRPOTrainer:
         m[PERF_GEN_TOK_S] = sum(e.n_policy_tokens for e in result.episodes) / max(gen_s, 1e-9)
         m[PERF_TRAIN_TOK_S] = float(m.get(TRAIN_TOKENS, 0.0)) / max(train_s, 1e-9)
         m[PERF_PEAK_RSS_MB] = peak_rss_mb()
+        heap.trim()  # the update's activations are freed: the next rollout or an evaluation starts clean
         result.phases = phases
         return result
 
     def _step(self, step: int, phases: Phases) -> StepResult:
         episodes, dropped, resampled = self.collect(step, phases)
+        heap.trim()  # the rollout's KV cache and packed weights are freed: the update's activations start clean
         G = self.cfg.rollout.group_size
         m: dict[str, Any] = {"step": step, GROUPS_DROPPED: dropped, GROUPS_RESAMPLED: resampled, SKIPPED: 0.0}
         if not episodes:
