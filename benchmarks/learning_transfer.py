@@ -24,6 +24,8 @@ Issue 26's settings, each a config and the held-out evaluations its arms are com
   reward pays for, so the margin on irrelevance measures who had that signal as much as the method).
   Evaluated on `--per-kind` held-out tasks of simple_python and irrelevance and of live_simple and live_multiple
   (real user queries, never trained on).
+  A third arm, warm-start, trains nothing: it is grpo-all-kinds' warm start, evaluated like the others, so a
+  reader sees what each seed's two arms started from (a capability lost there is lost to both).
 Every arm's final policy is evaluated greedily with the strict verifier, and for retention (setting 4) on
 `capitals`: 40 capital-city questions in a plain chat turn, a skill the base model has (70% greedy) and tool-use
 training can erode. The forward KL to the base model is measured on the run's own training prompts: completions
@@ -53,7 +55,9 @@ from grpolab.models import load_model
 KINDS = ["pct_change", "revenue_growth", "eps_surprise"]
 ENVS = ["finance", "finance_shifted"]
 RETENTION = "capitals"
-ARMS = ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft")
+ARMS = ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft", "warm-start")
+WARM_START = "warm-start"
+"""Not trained: grpo-all-kinds' SFT warm start, the policy both of that seed's GRPO and matched-SFT arms start from."""
 SEEDED_ON_PCT = {"train.sft_mix": {"pct_change": 1.0}}
 BFCL = DEMO.parent / "bfcl.toml"
 
@@ -67,7 +71,7 @@ class Setting:
     """Overrides of the GRPO and matched-SFT arms: the references they seed on and the kinds they train on."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Overrides of every arm and of the base model's evaluation."""
-    arms: tuple[str, ...] = ("grpo-all-kinds", "sft-matched")
+    arms: tuple[str, ...] = ("grpo-all-kinds", "sft-matched", WARM_START)
     results: str = "learning_transfer"
 
 
@@ -79,7 +83,7 @@ SETTINGS = {
         # revenue_growth takes three calls (two searches, the calculator) and its references 178-182 policy tokens:
         # under the demo's 2 turns and 160 tokens it could not be solved at all
         {"rollout.max_turns": 3, "rollout.max_new_tokens": 224},
-        ARMS,
+        ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft"),
     ),
     "bfcl": Setting(
         BFCL,
@@ -126,25 +130,34 @@ def kl_to_base(model: Any, tokenizer: Any, cfg: Any, base: Any, prompts: int) ->
 
 
 def transfer_eval(
-    path: Path, evals: list[tuple[str, str]], per_kind: int, kl_prompts: int, base: Any, fresh: bool
+    path: Path,
+    evals: list[tuple[str, str]],
+    per_kind: int,
+    kl_prompts: int,
+    base: Any,
+    fresh: bool,
+    warm_start: bool = False,
 ) -> dict[str, Any]:
-    """The run's final policy: {"rows": {env: {task_id: row}}} on `per_kind` held-out tasks of each (env, kind) in
-    `evals` and on every retention question, and its "kl" to the base model."""
+    """The run's final policy (its SFT warm start with `warm_start`): {"rows": {env: {task_id: row}}} on `per_kind`
+    held-out tasks of each (env, kind) in `evals` and on every retention question, and its "kl" to the base model."""
     from grpolab.engine.evaluate import evaluate
-    from grpolab.engine.policy import load_run_policy
+    from grpolab.engine.policy import build_policy, load_run_policy
     from grpolab.envs import env_for
     from grpolab.metrics import episode_row
     from grpolab.rundir import RunDir
 
-    done = path / "transfer_eval.json"
+    done = path / ("warm_start_eval.json" if warm_start else "transfer_eval.json")
     settings = {"per_kind": per_kind, "kl_prompts": kl_prompts}
     if not fresh and done.is_file():
         saved = json.loads(done.read_text())
         covered = {(env, r["kind"]) for env, rows in saved.get("rows", {}).items() for r in rows.values()}
         if saved.get("settings") == settings and set(evals) <= covered:
             return saved
-    model, tokenizer = load_run_policy(path)[:2]  # SFT-only runs have checkpoint 0
     cfg = RunDir(path).read_config()
+    if warm_start:
+        model, tokenizer, _ = build_policy(cfg, RunDir(path).warm_start())
+    else:
+        model, tokenizer = load_run_policy(path)[:2]  # SFT-only runs have checkpoint 0
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for env_name, kind in evals:
         env = env_for(cfg.model_copy(update={"env": env_name, "task_kinds": [kind]}))
@@ -191,7 +204,7 @@ def main() -> None:
     for seed in args.seeds:
         runs: dict[str, Path] = {}
         grpo_all = {**common, **setting.seeding, "seed": seed}
-        needs_timing = {"grpo-all-kinds", "sft-matched", "oracle-sft"} & set(args.arms)
+        needs_timing = {"grpo-all-kinds", "sft-matched", "oracle-sft", WARM_START} & set(args.arms)
         if needs_timing:
             runs["grpo-all-kinds"] = args.out / f"grpo-all-kinds-{seed}"
             timed = run_arm(args.config, runs["grpo-all-kinds"], grpo_all, args.fresh)
@@ -208,7 +221,9 @@ def main() -> None:
             runs["grpo-pct"] = args.out / f"grpo-pct-{seed}"
             run_arm(args.config, runs["grpo-pct"], {**common, "seed": seed, "task_kinds": ["pct_change"]}, args.fresh)
         for arm in args.arms:
-            arms[arm][seed] = transfer_eval(runs[arm], setting.evals, args.per_kind, args.kl_prompts, base, args.fresh)
+            path = runs["grpo-all-kinds" if arm == WARM_START else arm]
+            warm = arm == WARM_START
+            arms[arm][seed] = transfer_eval(path, setting.evals, args.per_kind, args.kl_prompts, base, args.fresh, warm)
         print(json.dumps({"seed": seed, "done": sorted(runs)}))
     result = summarise(arms, base_retention, setting, args)
     RESULTS.mkdir(exist_ok=True)

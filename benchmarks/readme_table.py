@@ -74,8 +74,16 @@ def _step_cost(r: dict) -> str:
         f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + unit + ". "
         "Peaks measured in the same run: "
         f"{r['matmul_gflops_fp32']:.0f} GFLOP/s fp32 matmul, {r['bandwidth_gbs']:.1f} GB/s read; "
-        f"peak RSS {r['peak_rss_mb'] / 1024:.1f} GB"
+        f"peak RSS {r['peak_rss_mb'] / 1024:.1f} GB" + _rss_by_phase(r)
     )
+
+
+def _rss_by_phase(r: dict) -> str:
+    """` (after warm start 3.4, after step 1 4.8, ..., after evaluation 5.8)`: where the peak was reached."""
+    by = r.get("peak_rss_mb_by_phase")
+    if not by:
+        return ""
+    return " (" + ", ".join(f"{k.replace('_', ' ')} {v / 1024:.1f}" for k, v in by.items()) + ")"
 
 
 def _decode_step(d: dict) -> str:
@@ -230,10 +238,17 @@ def rows() -> list[str]:
     r = _load("step_cost")
     if r:
         out.append(f"| GRPO step of the demo config, roofline | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
+    r = _load("step_cost_notrim")
+    if r:
+        out.append(
+            f"| the same without the heap trim between phases (run just before the row above) | {_step_cost(r)} | "
+            f"`{r['command']}` with src/ at commit 7ed4d78 | {r['date']} |"
+        )
     r = _load("step_cost_before")
     if r:
         out.append(
-            f"| the same, engine before this one (run just before the row above) | {_step_cost(r)} | "
+            f"| the same before packed rollout weights and the unpadded update (run back to back with the "
+            f"intermediate cut 8f36d64, which gave 102.1 s/step and 7.2 GB) | {_step_cost(r)} | "
             f"`{r['command']}` at commit {r.get('commit', '?')} | {r['date']} |"
         )
     d = _load("decode_step")
