@@ -24,8 +24,8 @@ Issue 26's settings, each a config and the held-out evaluations its arms are com
   reward pays for, so the margin on irrelevance measures who had that signal as much as the method).
   Evaluated on `--per-kind` held-out tasks of simple_python and irrelevance and of live_simple and live_multiple
   (real user queries, never trained on).
-  A third arm, warm-start, trains nothing: it is grpo-all-kinds' warm start, evaluated like the others, so a
-  reader sees what each seed's two arms started from (a capability lost there is lost to both).
+In both settings a warm-start arm trains nothing: it is grpo-all-kinds' SFT warm start, evaluated like the others,
+so a reader sees what each seed's arms started from (a capability lost there is lost to all of them).
 Every arm's final policy is evaluated greedily with the strict verifier, and for retention (setting 4) on
 `capitals`: 40 capital-city questions in a plain chat turn, a skill the base model has (70% greedy) and tool-use
 training can erode. The forward KL to the base model is measured on the run's own training prompts: completions
@@ -55,9 +55,9 @@ from grpolab.models import load_model
 KINDS = ["pct_change", "revenue_growth", "eps_surprise"]
 ENVS = ["finance", "finance_shifted"]
 RETENTION = "capitals"
-ARMS = ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft", "warm-start")
 WARM_START = "warm-start"
 """Not trained: grpo-all-kinds' SFT warm start, the policy both of that seed's GRPO and matched-SFT arms start from."""
+ARMS = ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft", WARM_START)
 SEEDED_ON_PCT = {"train.sft_mix": {"pct_change": 1.0}}
 BFCL = DEMO.parent / "bfcl.toml"
 
@@ -83,7 +83,7 @@ SETTINGS = {
         # revenue_growth takes three calls (two searches, the calculator) and its references 178-182 policy tokens:
         # under the demo's 2 turns and 160 tokens it could not be solved at all
         {"rollout.max_turns": 3, "rollout.max_new_tokens": 224},
-        ("grpo-all-kinds", "sft-matched", "grpo-pct", "oracle-sft"),
+        ARMS,
     ),
     "bfcl": Setting(
         BFCL,
@@ -204,8 +204,8 @@ def main() -> None:
     for seed in args.seeds:
         runs: dict[str, Path] = {}
         grpo_all = {**common, **setting.seeding, "seed": seed}
-        needs_timing = {"grpo-all-kinds", "sft-matched", "oracle-sft", WARM_START} & set(args.arms)
-        if needs_timing:
+        needs_grpo_run = {"grpo-all-kinds", "sft-matched", "oracle-sft", WARM_START} & set(args.arms)
+        if needs_grpo_run:  # its timing sets the SFT arms' steps; its warm start is the warm-start arm
             runs["grpo-all-kinds"] = args.out / f"grpo-all-kinds-{seed}"
             timed = run_arm(args.config, runs["grpo-all-kinds"], grpo_all, args.fresh)
             per_step = timed["sft_seconds"] / max(timed["sft_steps"], 1)

@@ -242,13 +242,13 @@ def rows() -> list[str]:
     if r:
         out.append(
             f"| the same without the heap trim between phases (run just before the row above) | {_step_cost(r)} | "
-            f"`{r['command']}` with src/ at commit 7ed4d78 | {r['date']} |"
+            f"`{r['command']}` with src/ at commit {r.get('commit', '?')} | {r['date']} |"
         )
     r = _load("step_cost_before")
     if r:
         out.append(
             f"| the same before packed rollout weights and the unpadded update (run back to back with the "
-            f"intermediate cut 8f36d64, which gave 102.1 s/step and 7.2 GB) | {_step_cost(r)} | "
+            f"intermediate cut 8f36d64, not with the rows above: see Throughput) | {_step_cost(r)} | "
             f"`{r['command']}` at commit {r.get('commit', '?')} | {r['date']} |"
         )
     d = _load("decode_step")
