@@ -1,4 +1,4 @@
-"""The update's forward passes on identical episodes: each group padded to its longest episode vs length-sorted calls.
+"""The update's forward passes on identical episodes: padded groups, length-sorted calls, and one prompt pass per group.
 
     .venv/bin/python benchmarks/update_padding.py [--sft-steps 10] [--rounds 3] [--model smollm2]
 
@@ -7,7 +7,10 @@ demo-config rollout gives 16 episodes in 2 groups. Both variants then run the sa
 round (the machine's speed drifts; a pair is measured under the same drift):
 - `padded`: the update before length-sorted calls: micro-batches of a group cut where prompt + longest x count
   passes MICRO_BATCH_TOKENS, each one call padded to its longest episode (`group_token_stats(..., padded=True)`);
-- `sorted`: the trainer's own micro-batches (`GRPOTrainer._chunks`), each run as length-sorted calls with no padding.
+- `sorted`: the trainer's own micro-batches (`GRPOTrainer._chunks`), each run as length-sorted calls with no padding,
+  each micro-batch running its group's prompt again (the update before `SharedPrefix`);
+- `shared`: the same micro-batches with one prompt forward (and one prompt backward) per group (`SharedPrefix`, the
+  trainer's update today).
 Timed per variant: forward + backward under the policy (the update), and the no-gradient forward (the reference
 pass). No optimizer step, so every round sees the same weights. Results: benchmarks/results/update_padding.json.
 """
@@ -23,7 +26,7 @@ from typing import Any
 import torch
 
 from grpolab.config import load_config
-from grpolab.engine.logprobs import group_token_stats
+from grpolab.engine.logprobs import SharedPrefix, group_token_stats
 from grpolab.engine.phases import Phases
 from grpolab.engine.policy import build_policy
 from grpolab.engine.sft import sft_warm_start
@@ -49,12 +52,16 @@ def padded_chunks(episodes: list[Any]) -> list[list[Any]]:
     return chunks
 
 
-def positions(chunks: list[list[Any]], padded: bool) -> int:
-    """Positions the body runs: each chunk's prompt, and its completions (padded to the longest, or not)."""
-    total = 0
+def positions(chunks: list[list[Any]], padded: bool, shared: bool = False) -> int:
+    """Positions the body runs: each chunk's prompt (each group's once when `shared`), and its completions (padded to
+    the longest, or not)."""
+    total, groups = 0, set()
     for c in chunks:
         lengths = [len(e.completion_ids) for e in c]
-        total += len(c[0].prompt_ids) + (max(lengths) * len(c) if padded else sum(lengths))
+        if not (shared and c[0].group in groups):
+            total += len(c[0].prompt_ids)
+        groups.add(c[0].group)
+        total += max(lengths) * len(c) if padded else sum(lengths)
     return total
 
 
@@ -71,14 +78,17 @@ def main() -> None:
     sft_warm_start(model, tok, env, args.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
     trainer = GRPOTrainer(model, tok, env, cfg)
     episodes, _, _ = trainer.collect(1, Phases())
-    variants = {"padded": padded_chunks(episodes), "sorted": [c.episodes for c in trainer._chunks(episodes)]}
+    sorted_chunks = [c.episodes for c in trainer._chunks(episodes)]
+    variants = {"padded": padded_chunks(episodes), "sorted": sorted_chunks, "shared": sorted_chunks}
     model.train()
 
     def run(variant: str, grad: bool) -> float:
         model.zero_grad(set_to_none=True)
         start = time.perf_counter()
+        shared = SharedPrefix(model)
         for c in variants[variant]:
             with torch.set_grad_enabled(grad):
+                prefix = shared.get(c[0].group, c[0].prompt_ids) if variant == "shared" else None
                 stats, mask = group_token_stats(
                     model,
                     c[0].prompt_ids,
@@ -88,9 +98,11 @@ def main() -> None:
                     cfg.rollout.temperature,
                     grad,
                     padded=variant == "padded",
+                    prefix=prefix,
                 )
                 if grad:
                     (stats.logp * mask).sum().backward()
+        shared.flush()
         return time.perf_counter() - start
 
     seconds: dict[str, list[float]] = {f"{v}/{p}": [] for v in variants for p in ("update", "reference")}
@@ -99,10 +111,13 @@ def main() -> None:
             seconds[f"{v}/update"].append(run(v, True))
             seconds[f"{v}/reference"].append(run(v, False))
         print(json.dumps({"round": r, **{k: round(x[-1], 2) for k, x in seconds.items()}}), flush=True)
-    pairs = {
-        phase: [round(p / s, 3) for p, s in zip(seconds[f"padded/{phase}"], seconds[f"sorted/{phase}"])]
-        for phase in ("update", "reference")
-    }
+
+    def per_round(slow: str, fast: str) -> dict[str, list[float]]:
+        return {
+            phase: [round(a / b, 3) for a, b in zip(seconds[f"{slow}/{phase}"], seconds[f"{fast}/{phase}"])]
+            for phase in ("update", "reference")
+        }
+
     result = {
         "model": args.model,
         "config": "src/grpolab/configs/demo.toml",
@@ -110,10 +125,11 @@ def main() -> None:
         "completion_lengths": [len(e.completion_ids) for e in episodes],
         "prompt_tokens": sorted({len(e.prompt_ids) for e in episodes}),
         "micro_batches": {v: [len(c) for c in chunks] for v, chunks in variants.items()},
-        "positions": {v: positions(chunks, v == "padded") for v, chunks in variants.items()},
+        "positions": {v: positions(chunks, v == "padded", v == "shared") for v, chunks in variants.items()},
         "seconds": {k: [round(x, 2) for x in v] for k, v in seconds.items()},
         "best_seconds": {k: round(min(v), 2) for k, v in seconds.items()},
-        "padded_over_sorted_per_round": pairs,
+        "padded_over_sorted_per_round": per_round("padded", "sorted"),
+        "sorted_over_shared_per_round": per_round("sorted", "shared"),
         "threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/update_padding.py "

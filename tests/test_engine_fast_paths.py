@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from grpolab.config import load_config
-from grpolab.engine import rollout
+from grpolab.engine import logprobs, rollout
 from grpolab.engine.decoder import FastDecoder, supports
 from grpolab.engine.grpo import sampler_mismatch, truncated_is_weights
 from grpolab.engine.logprobs import (
+    SharedPrefix,
     group_token_stats,
     length_segments,
     linear_logprobs,
@@ -178,6 +179,44 @@ def test_shared_prefix_stats_match_the_plain_forward(tiny, finance):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3), (a - b).abs().max()
     padded, _ = group_token_stats(model, prompt, comps, masks, tok.pad_token_id, padded=True)  # the baseline
     assert torch.allclose(padded.logp, shared.logp, atol=1e-5)
+
+
+def test_a_group_split_into_parts_runs_its_prompt_once_with_the_same_gradients(tiny, finance, monkeypatch):
+    """The parts of a split group read one prompt forward (SharedPrefix); their backward passes stop at its outputs
+    and one flush sends the sum through the prompt: same log-probs and LoRA gradients as the group in one call."""
+    _, model, tok = tiny
+    prompt, ids, mask = reference_tokens(tok, finance, finance.task("pct_change-ACME-Q3"))
+    comps, masks = [ids[:38], ids, ids[:7], ids[:40]], [mask[:38], mask, mask[:7], mask[:40]]
+    weights = torch.randn(len(comps), len(ids))
+    lora = [p for p in model.parameters() if p.requires_grad]
+    model.zero_grad(set_to_none=True)
+    whole, _ = group_token_stats(model, prompt, comps, masks, tok.pad_token_id)
+    (whole.logp * weights[:, : whole.logp.shape[1]]).sum().backward()
+    expected = [p.grad.clone() for p in lora]
+
+    prompt_runs = []
+    run_prompt = logprobs.prompt_prefix
+    monkeypatch.setattr(logprobs, "prompt_prefix", lambda m, p: (prompt_runs.append(p), run_prompt(m, p))[1])
+    model.zero_grad(set_to_none=True)
+    shared = SharedPrefix(model)
+    parts = []
+    for rows in ([0, 1], [2, 3]):
+        prefix = shared.get("group 0", prompt)
+        stats, _ = group_token_stats(
+            model, prompt, [comps[i] for i in rows], [masks[i] for i in rows], tok.pad_token_id, prefix=prefix
+        )
+        (stats.logp * weights[rows, : stats.logp.shape[1]]).sum().backward()
+        parts.append(stats.logp.detach())
+    before_flush = [None if p.grad is None else p.grad.clone() for p in lora]
+    shared.flush()
+    got = [p.grad for p in lora]
+    assert prompt_runs == [prompt]  # one prompt forward for the group's two parts
+    assert any(b is None or not torch.equal(b, g) for b, g in zip(before_flush, got))  # the flush adds the prompt's
+    for i, rows in enumerate(([0, 1], [2, 3])):
+        k = parts[i].shape[1]
+        assert torch.allclose(parts[i], whole.logp[rows, :k], atol=1e-5)
+    for a, b in zip(expected, got):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (a - b).abs().max()
 
 
 def test_truncated_importance_weights_by_hand():

@@ -1,7 +1,8 @@
 """Per-token log-probs, entropy and tool-token mass of episodes under a model, without materialising logits.
 
 `group_token_stats`: the G episodes of a group share their prompt, so the prompt is run once and its KV cache is
-the prefix of every completion (gradients flow through the shared prefix, so this is exact, not an approximation).
+the prefix of every completion (gradients flow through the shared prefix, so this is exact, not an approximation);
+`SharedPrefix` extends that to a group split over several micro-batches.
 The completions run sorted by length, one call per distinct length, so none is padded (in the demo, right-padding a
 group to its longest episode spent 13-31% of the update's completion positions on padding). The
 model body returns hidden states; the LM head then runs only on the tokens that need a log-prob (the policy's own
@@ -42,14 +43,17 @@ class LinearLogProbs(torch.autograd.Function):
         logp = hidden.new_empty(len(targets), dtype=torch.float32)
         entropy = torch.zeros_like(logp)
         lse = torch.empty_like(logp)
+        logits_buf, exp_buf = _buffer(hidden, weight), _buffer(hidden, weight)
         for s in range(0, len(targets), CHUNK_TOKENS):
             e = s + CHUNK_TOKENS
-            logits = _chunk_logits(hidden[s:e], weight, temperature)  # (c, V)
-            lse[s:e] = torch.logsumexp(logits, dim=-1)
+            logits = _chunk_logits(hidden[s:e], weight, temperature, logits_buf)  # (c, V)
+            top = logits.amax(-1, keepdim=True)
+            shifted = torch.sub(logits, top, out=exp_buf[: len(logits)]).exp_()  # exp(logits - max): one exp pass
+            total = shifted.sum(-1)
+            lse[s:e] = top.squeeze(-1) + total.log()
             logp[s:e] = logits.gather(-1, targets[s:e, None]).squeeze(-1) - lse[s:e]
-            if with_entropy:  # H = lse - sum p * logits, without a second (c, V) buffer
-                probs = torch.exp(logits - lse[s:e, None])
-                entropy[s:e] = lse[s:e] - probs.mul_(logits).sum(-1)
+            if with_entropy:  # H = lse - sum p * logits, p = shifted / total
+                entropy[s:e] = lse[s:e] - shifted.mul_(logits).sum(-1) / total
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature = temperature
         ctx.mark_non_differentiable(entropy)
@@ -62,25 +66,37 @@ class LinearLogProbs(torch.autograd.Function):
         grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         rows = torch.arange(min(CHUNK_TOKENS, len(targets)), device=hidden.device)
+        logits_buf = _buffer(hidden, weight)
         for s in range(0, len(targets), CHUNK_TOKENS):
             e = s + CHUNK_TOKENS
             # d logp / d logits = onehot - p, with p recomputed in place in the logits' own buffer (not stored)
-            g = _chunk_logits(hidden[s:e], weight, T).sub_(lse[s:e, None]).exp_().mul_(-grad_logp[s:e, None])
+            g = _chunk_logits(hidden[s:e], weight, T, logits_buf).sub_(lse[s:e, None]).exp_()
+            g.mul_(-grad_logp[s:e, None])
             n = len(g)
             g[rows[:n], targets[s:e]] += grad_logp[s:e]
             if T != 1.0:
                 g.div_(T)
             g = g.to(hidden.dtype)
             if grad_hidden is not None:
-                grad_hidden[s:e] = g @ weight
+                torch.mm(g, weight, out=grad_hidden[s:e])
             if grad_weight is not None:
-                grad_weight += g.T @ hidden[s:e]
+                grad_weight.addmm_(g.T, hidden[s:e])
         return grad_hidden, grad_weight, None, None, None
 
 
-def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
-    """(c, V) fp32 logits of a chunk at the temperature (divided in place: no second buffer)."""
-    logits = (hidden @ weight.T).float()
+def _buffer(hidden: Tensor, weight: Tensor) -> Tensor | None:
+    """One chunk's (CHUNK_TOKENS, V) fp32 buffer, reused by every chunk of a call (fp32 hidden states only).
+
+    A (256, 49152) fp32 chunk is 50 MB, above glibc's largest mmap threshold (32 MB): allocated afresh per chunk it
+    is a new mapping each time, and every one of its pages faults in on first touch."""
+    if hidden.dtype != torch.float32:
+        return None
+    return hidden.new_empty(min(CHUNK_TOKENS, len(hidden)), len(weight), dtype=torch.float32)
+
+
+def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float, out: Tensor | None = None) -> Tensor:
+    """(c, V) fp32 logits of a chunk at the temperature (written into `out` when given; divided in place)."""
+    logits = (hidden @ weight.T).float() if out is None else torch.mm(hidden, weight.T, out=out[: len(hidden)])
     return logits if temperature == 1.0 else logits.div_(temperature)
 
 
@@ -122,6 +138,59 @@ def length_segments(lengths: list[int]) -> list[list[int]]:
     return segments
 
 
+@dataclass
+class Prefix:
+    """A prompt's forward: its last hidden state (it predicts each completion's first token) and every layer's keys
+    and values, the prefix of every completion of the group."""
+
+    first: Tensor  # (H,)
+    kv: list[tuple[Tensor, Tensor]]  # per layer (1, kv_heads, P, head_dim)
+
+
+def prompt_prefix(model: Any, prompt: list[int]) -> Prefix:
+    device = next(model.parameters()).device
+    out = _body(model)(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+    return Prefix(out.last_hidden_state[0, -1], [(layer.keys, layer.values) for layer in cache_of(out).layers])
+
+
+class SharedPrefix:
+    """One prompt forward, and one prompt backward, for every micro-batch of a group.
+
+    A group too long for one micro-batch (the trainer's MICRO_BATCH_TOKENS) is split, and each part used to run the
+    prompt again, forward and backward: in the demo 4 prompt passes of ~390 tokens for 2 groups, 16% of the update's
+    positions. Here the parts of a group read one prompt forward. With gradients on, they read its outputs as leaf
+    tensors, so each part's backward stops at the leaves and accumulates into them; `flush` (when the next group
+    starts, and before the optimizer step) sends the summed gradient through the prompt's graph once. The gradient
+    is the same sum, taken in another order. Without gradients it is a cache of the group's prefix."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.key: Any = None
+        self.prefix: Prefix | None = None
+        self.outputs: list[Tensor] = []
+        self.leaves: list[Tensor] = []
+
+    def get(self, key: Any, prompt: list[int]) -> Prefix:
+        """The prefix of group `key` (computed when the group changes; the previous group's gradient is flushed)."""
+        if self.prefix is None or key != self.key:
+            self.flush()
+            prefix = prompt_prefix(self.model, prompt)
+            if torch.is_grad_enabled():
+                self.outputs = [prefix.first, *[t for kv in prefix.kv for t in kv]]
+                self.leaves = [t.detach().requires_grad_() for t in self.outputs]
+                first, *flat = self.leaves
+                prefix = Prefix(first, list(zip(flat[0::2], flat[1::2])))
+            self.key, self.prefix = key, prefix
+        return self.prefix
+
+    def flush(self) -> None:
+        """Backpropagate what the group's parts accumulated at the prefix through the prompt's forward."""
+        pairs = [(o, leaf.grad) for o, leaf in zip(self.outputs, self.leaves) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        self.key, self.prefix, self.outputs, self.leaves = None, None, [], []
+
+
 def group_token_stats(
     model: Any,
     prompt: list[int],
@@ -131,26 +200,28 @@ def group_token_stats(
     temperature: float = 1.0,
     with_entropy: bool = True,
     padded: bool = False,
+    prefix: Prefix | None = None,
 ) -> tuple[TokenStats, Tensor]:
     """Stats of episodes that share one prompt: (stats, mask), both (G, K) with completions left-aligned.
 
     The prompt runs once; its keys and values are the prefix of every completion, and the completions run in
     length-sorted calls (`length_segments`) that need no padding; `padded` runs them as one call padded to the
-    longest instead (the update before these calls, kept for benchmarks/update_padding.py). Log-probs are computed
+    longest instead (the update before these calls, kept for benchmarks/update_padding.py). `prefix`: the prompt's
+    forward when the caller shares it between calls (`SharedPrefix`), else it is run here. Log-probs are computed
     for mask-1 (policy) tokens only; elsewhere they are 0."""
     device = next(model.parameters()).device
     G, K = len(completions), max(max(len(c) for c in completions), 1)
     P = len(prompt)
     body = _body(model)
-    out = body(input_ids=torch.tensor([prompt], device=device), use_cache=True)
-    prefix = [(layer.keys, layer.values) for layer in cache_of(out).layers]
+    if prefix is None:
+        prefix = prompt_prefix(model, prompt)
     ids = torch.full((G, K), pad, dtype=torch.long, device=device)  # (G, K) right-padded
     mask = torch.zeros((G, K), dtype=torch.float32, device=device)
     for i, (c, m) in enumerate(zip(completions, masks)):
         if c:
             ids[i, : len(c)] = torch.tensor(c, device=device)
             mask[i, : len(c)] = torch.tensor(m, dtype=torch.float32, device=device)
-    first = out.last_hidden_state[0, -1]  # (H,): the prompt's last state predicts each completion's first token
+    first = prefix.first  # (H,): the prompt's last state predicts each completion's first token
     pieces, rows, cols = [first.new_zeros(0, len(first))], [ids.new_zeros(0)], [ids.new_zeros(0)]
     segments = length_segments([len(c) for c in completions])
     for segment in [[i for s in segments for i in s]] if padded else segments:
@@ -160,7 +231,7 @@ def group_token_stats(
         if not where.any():
             continue
         cache = DynamicCache()
-        for layer, (keys, values) in enumerate(prefix):  # expanded views; the forward copies them once, as a cat
+        for layer, (keys, values) in enumerate(prefix.kv):  # expanded views; the forward copies them once, as a cat
             cache.update(keys.expand(n, -1, -1, -1), values.expand(n, -1, -1, -1), layer)
         lengths = torch.tensor([len(completions[i]) for i in segment], device=device)
         attention = torch.ones((n, P + k), dtype=torch.long, device=device)

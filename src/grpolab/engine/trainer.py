@@ -18,6 +18,7 @@ import math
 import random
 import resource
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from torch import Tensor
 from grpolab.config import LabConfig
 from grpolab.engine import heap
 from grpolab.engine.grpo import group_advantages, grpo_loss, sampler_mismatch, truncated_is_weights
-from grpolab.engine.logprobs import TokenStats, group_token_stats
+from grpolab.engine.logprobs import SharedPrefix, TokenStats, group_token_stats
 from grpolab.engine.phases import Phases
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.engine.sampler import make_sampler
@@ -61,7 +62,8 @@ from grpolab.vocabulary import (
 MICRO_BATCH_TOKENS = 1600
 """Most tokens (shared prompt + completions) per forward/backward; gradients accumulate over the step's batch.
 Activations cost about 1.9 MB per token for SmolLM2-135M in fp32 with LoRA (measured), so a micro-batch holds
-about 3 GB at most; a group whose episodes do not fit is split, and each part runs the prompt again."""
+about 3 GB at most; a group whose episodes do not fit is split, and its parts share one prompt pass
+(`SharedPrefix`)."""
 
 
 def peak_rss_mb() -> float:
@@ -181,18 +183,26 @@ class GRPOTrainer:
             c.tokens = float(sum(e.n_policy_tokens for e in c.episodes))
         return chunks
 
-    def _stats(self, model: Any, episodes: list[Episode], with_entropy: bool = True) -> tuple[TokenStats, Tensor]:
+    def _stats(
+        self, shared: SharedPrefix, episodes: list[Episode], with_entropy: bool = True
+    ) -> tuple[TokenStats, Tensor]:
+        """Stats of one chunk (episodes of one group) under `shared.model`, the group's prompt run once per pass."""
         e0 = episodes[0]
         completions, masks = [e.completion_ids for e in episodes], [e.mask for e in episodes]
         temperature = self.cfg.rollout.temperature
-        return group_token_stats(model, e0.prompt_ids, completions, masks, self.pad, temperature, with_entropy)
+        prefix = shared.get(e0.group, e0.prompt_ids)
+        return group_token_stats(
+            shared.model, e0.prompt_ids, completions, masks, self.pad, temperature, with_entropy, prefix=prefix
+        )
 
     @torch.no_grad()
-    def _reference_logp(self, episodes: list[Episode]) -> Tensor:
-        if self.reference is not None:
-            return self._stats(self.reference, episodes, False)[0].logp
-        with self.model.disable_adapter():
-            return self._stats(self.model, episodes, False)[0].logp
+    def _reference_logps(self, chunks: list[_Chunk]) -> None:
+        """Each chunk's log-probs under the reference: its own model, or the base with adapters disabled (LoRA)."""
+        separate = self.reference is not None
+        with nullcontext() if separate else self.model.disable_adapter():
+            shared = SharedPrefix(self.reference if separate else self.model)
+            for c in chunks:
+                c.ref = self._stats(shared, c.episodes, False)[0].logp
 
     def update(self, episodes: list[Episode], advantages: Tensor, phases: Phases) -> dict[str, float]:
         cfg = self.cfg.grpo
@@ -201,21 +211,22 @@ class GRPOTrainer:
         total = max(sum(c.tokens for c in chunks), 1.0)
         if cfg.beta > 0 or cfg.kl_metric:
             with phases("reference", tokens=total):
-                for c in chunks:
-                    c.ref = self._reference_logp(c.episodes)
+                self._reference_logps(chunks)
         exact = self.sampler.exact
         if cfg.mu > 1 and not exact:  # the policy before the update, which the int8 sampler only approximates
             with phases("old_logprobs", tokens=total), torch.no_grad():
+                shared = SharedPrefix(self.model)
                 for c in chunks:
-                    c.old = self._stats(self.model, c.episodes, False)[0].logp
+                    c.old = self._stats(shared, c.episodes, False)[0].logp
         t = _Totals()
         grad_norm = 0.0
         self.model.train()
         for epoch in range(cfg.mu):
             self.optimizer.zero_grad(set_to_none=True)
+            shared = SharedPrefix(self.model)  # the policy changes every epoch: its prompt passes are redone
             for c in chunks:
                 with phases("forward_backward", tokens=c.tokens):
-                    stats, mask = self._stats(self.model, c.episodes)
+                    stats, mask = self._stats(shared, c.episodes)
                     if c.sampler is None:
                         c.sampler = sampler_logp(c.episodes, stats.logp.detach())
                     # the policy before this step's update: with mu = 1 the current one (ratio 1 by construction);
@@ -251,6 +262,8 @@ class GRPOTrainer:
                     kl, out = sampler_mismatch(stats.logp, c.sampler, mask)
                     t.mismatch_kl += kl * token_share
                     t.mismatch_out += out * token_share
+            with phases("forward_backward"):
+                shared.flush()  # the last group's prompt backward
             with phases("optimizer"):
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
                 if not math.isfinite(grad_norm):
