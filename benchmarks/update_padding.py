@@ -88,7 +88,7 @@ def main() -> None:
         shared = SharedPrefix(model)
         for c in variants[variant]:
             with torch.set_grad_enabled(grad):
-                prefix = shared.get(c[0].group, c[0].prompt_ids) if variant == "shared" else None
+                prefix = shared.get(c[0].prompt_ids) if variant == "shared" else None
                 stats, mask = group_token_stats(
                     model,
                     c[0].prompt_ids,

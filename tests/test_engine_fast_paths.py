@@ -201,7 +201,7 @@ def test_a_group_split_into_parts_runs_its_prompt_once_with_the_same_gradients(t
     shared = SharedPrefix(model)
     parts = []
     for rows in ([0, 1], [2, 3]):
-        prefix = shared.get("group 0", prompt)
+        prefix = shared.get(prompt)
         stats, _ = group_token_stats(
             model, prompt, [comps[i] for i in rows], [masks[i] for i in rows], tok.pad_token_id, prefix=prefix
         )

@@ -159,20 +159,21 @@ class SharedPrefix:
     A group too long for one micro-batch (the trainer's MICRO_BATCH_TOKENS) is split, and each part used to run the
     prompt again, forward and backward: in the demo 4 prompt passes of ~390 tokens for 2 groups, 16% of the update's
     positions. Here the parts of a group read one prompt forward. With gradients on, they read its outputs as leaf
-    tensors, so each part's backward stops at the leaves and accumulates into them; `flush` (when the next group
-    starts, and before the optimizer step) sends the summed gradient through the prompt's graph once. The gradient
-    is the same sum, taken in another order. Without gradients it is a cache of the group's prefix."""
+    tensors, so each part's backward stops at the leaves and accumulates into them; `flush` (when the prompt
+    changes, and before the optimizer step) sends the summed gradient through the prompt's graph once. The gradient
+    is the same sum, taken in another order. Keyed on the prompt's tokens: consecutive groups that drew the same
+    prompt share it too. Without gradients it is a cache of the prompt's forward."""
 
     def __init__(self, model: Any):
         self.model = model
-        self.key: Any = None
+        self.prompt: list[int] = []
         self.prefix: Prefix | None = None
         self.outputs: list[Tensor] = []
         self.leaves: list[Tensor] = []
 
-    def get(self, key: Any, prompt: list[int]) -> Prefix:
-        """The prefix of group `key` (computed when the group changes; the previous group's gradient is flushed)."""
-        if self.prefix is None or key != self.key:
+    def get(self, prompt: list[int]) -> Prefix:
+        """The prefix of `prompt`, run when the prompt changes (the previous prompt's gradient is flushed first)."""
+        if self.prefix is None or prompt != self.prompt:
             self.flush()
             prefix = prompt_prefix(self.model, prompt)
             if torch.is_grad_enabled():
@@ -180,7 +181,7 @@ class SharedPrefix:
                 self.leaves = [t.detach().requires_grad_() for t in self.outputs]
                 first, *flat = self.leaves
                 prefix = Prefix(first, list(zip(flat[0::2], flat[1::2])))
-            self.key, self.prefix = key, prefix
+            self.prompt, self.prefix = list(prompt), prefix
         return self.prefix
 
     def flush(self) -> None:
@@ -188,7 +189,7 @@ class SharedPrefix:
         pairs = [(o, leaf.grad) for o, leaf in zip(self.outputs, self.leaves) if leaf.grad is not None]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        self.key, self.prefix, self.outputs, self.leaves = None, None, [], []
+        self.prompt, self.prefix, self.outputs, self.leaves = [], None, [], []
 
 
 def group_token_stats(

@@ -190,7 +190,7 @@ class GRPOTrainer:
         e0 = episodes[0]
         completions, masks = [e.completion_ids for e in episodes], [e.mask for e in episodes]
         temperature = self.cfg.rollout.temperature
-        prefix = shared.get(e0.group, e0.prompt_ids)
+        prefix = shared.get(e0.prompt_ids)
         return group_token_stats(
             shared.model, e0.prompt_ids, completions, masks, self.pad, temperature, with_entropy, prefix=prefix
         )
