@@ -186,7 +186,7 @@ class SharedPrefix:
 
     def flush(self) -> None:
         """Backpropagate what the group's parts accumulated at the prefix through the prompt's forward."""
-        pairs = [(o, leaf.grad) for o, leaf in zip(self.outputs, self.leaves) if leaf.grad is not None]
+        pairs = [(o, x.grad) for o, x in zip(self.outputs, self.leaves) if x.grad is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         self.prompt, self.prefix, self.outputs, self.leaves = [], None, [], []
