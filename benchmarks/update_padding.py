@@ -53,14 +53,14 @@ def padded_chunks(episodes: list[Any]) -> list[list[Any]]:
 
 
 def positions(chunks: list[list[Any]], padded: bool, shared: bool = False) -> int:
-    """Positions the body runs: each chunk's prompt (each group's once when `shared`), and its completions (padded to
-    the longest, or not)."""
-    total, groups = 0, set()
+    """Positions the body runs: each chunk's prompt (when `shared`, not again for a chunk with the previous chunk's
+    prompt, as `SharedPrefix` keys it), and its completions (padded to the longest, or not)."""
+    total, previous = 0, None
     for c in chunks:
         lengths = [len(e.completion_ids) for e in c]
-        if not (shared and c[0].group in groups):
+        if not (shared and c[0].prompt_ids == previous):
             total += len(c[0].prompt_ids)
-        groups.add(c[0].group)
+        previous = c[0].prompt_ids
         total += max(lengths) * len(c) if padded else sum(lengths)
     return total
 

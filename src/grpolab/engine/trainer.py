@@ -196,13 +196,17 @@ class GRPOTrainer:
         )
 
     @torch.no_grad()
+    def _logps(self, model: Any, chunks: list[_Chunk]) -> list[Tensor]:
+        """Each chunk's log-probs under `model`, without gradients; a prompt shared by consecutive chunks runs once."""
+        shared = SharedPrefix(model)
+        return [self._stats(shared, c.episodes, False)[0].logp for c in chunks]
+
     def _reference_logps(self, chunks: list[_Chunk]) -> None:
         """Each chunk's log-probs under the reference: its own model, or the base with adapters disabled (LoRA)."""
         separate = self.reference is not None
         with nullcontext() if separate else self.model.disable_adapter():
-            shared = SharedPrefix(self.reference if separate else self.model)
-            for c in chunks:
-                c.ref = self._stats(shared, c.episodes, False)[0].logp
+            for c, logp in zip(chunks, self._logps(self.reference if separate else self.model, chunks)):
+                c.ref = logp
 
     def update(self, episodes: list[Episode], advantages: Tensor, phases: Phases) -> dict[str, float]:
         cfg = self.cfg.grpo
@@ -214,10 +218,9 @@ class GRPOTrainer:
                 self._reference_logps(chunks)
         exact = self.sampler.exact
         if cfg.mu > 1 and not exact:  # the policy before the update, which the int8 sampler only approximates
-            with phases("old_logprobs", tokens=total), torch.no_grad():
-                shared = SharedPrefix(self.model)
-                for c in chunks:
-                    c.old = self._stats(shared, c.episodes, False)[0].logp
+            with phases("old_logprobs", tokens=total):
+                for c, logp in zip(chunks, self._logps(self.model, chunks)):
+                    c.old = logp
         t = _Totals()
         grad_norm = 0.0
         self.model.train()
