@@ -17,9 +17,10 @@ from grpolab.engine.logprobs import (
     make_batch,
     token_logprobs,
 )
+from grpolab.engine.phases import Phases
 from grpolab.engine.policy import build_policy
 from grpolab.engine.sft import reference_tokens
-from grpolab.engine.trainer import GRPOTrainer
+from grpolab.engine.trainer import GRPOTrainer, sampler_logp
 from grpolab.envs import env_for
 from grpolab.rewards.components import register_reward, unregister_reward
 
@@ -256,6 +257,33 @@ def test_an_int8_run_trains_and_logs_the_mismatch(text_length_reward):
     exact = GRPOTrainer(model, tok, env_for(exact_cfg), exact_cfg, ref)
     m_exact = exact.step(1).metrics
     assert m_exact["mismatch/kl"] < 1e-6 and m_exact["mismatch/ratio_out"] == 0.0
+
+
+def test_an_int8_run_with_several_epochs_takes_its_old_log_probs_from_the_policy_not_the_sampler(
+    text_length_reward, monkeypatch
+):
+    """With mu > 1 the clipped ratio's denominator is the policy before the update. The int8 sampler only
+    approximates it, so one extra no-gradient pass computes it: those log-probs equal the fp32 policy's and differ
+    from the ones the sampler recorded."""
+    cfg = load_config(None, {**TINY, "rollout.engine": "int8", "grpo.mu": 2, "reward.weights": text_length_reward})
+    model, tok, ref = build_policy(cfg)
+    trainer = GRPOTrainer(model, tok, env_for(cfg), cfg, ref)
+    phases = Phases()
+    episodes, _, _ = trainer.collect(1, phases)
+    chunks = trainer._chunks(episodes)
+    expected = [logp.clone() for logp in trainer._logps(model, chunks)]  # the policy before the update, fp32
+    seen: list = []
+    real_logps = trainer._logps
+    monkeypatch.setattr(trainer, "_logps", lambda m, cs: seen.append(real_logps(m, cs)) or seen[-1])
+    advantages = torch.linspace(-1, 1, len(episodes))
+    trainer.update(episodes, advantages, phases)
+    old = seen[-1]  # the reference pass (beta > 0) comes first, the old-log-prob pass after it
+    assert phases.seconds["old_logprobs"] > 0 and len(old) == len(expected)
+    for c, got, want in zip(chunks, old, expected):
+        assert torch.allclose(got, want, atol=1e-5)
+        sampled = sampler_logp(c.episodes, want)
+        mask = want != 0
+        assert (sampled[mask] - want[mask]).abs().max() > 1e-4  # the int8 sampler's own numbers are not it
 
 
 def _scripted(script: dict[str, list[int]]):
