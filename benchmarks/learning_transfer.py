@@ -178,6 +178,14 @@ def main() -> None:
     ap.add_argument("--per-kind", type=int, default=20, help="held-out tasks per kind and environment")
     ap.add_argument("--kl-prompts", type=int, default=8, help="training prompts (x 2 samples) for the KL to the base")
     ap.add_argument("--arms", nargs="+", choices=ARMS, help="default: all of the setting's")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override of every arm, e.g. train.sft_learning_rate=2.5e-4 (VALUE read as JSON, else text)",
+    )
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--out", type=Path, help="default: runs/learning_transfer (finance), runs/learning_transfer_bfcl")
     ap.add_argument("--results", help="default: learning_transfer (finance), learning_transfer_bfcl")
@@ -189,7 +197,8 @@ def main() -> None:
     args.out = args.out or Path("runs") / setting.results
     if not set(args.arms) <= set(setting.arms):
         ap.error(f"--arms: the {args.setting} setting has {', '.join(setting.arms)}")
-    base_cfg = load_config(args.config, setting.overrides)
+    extra = dict(parse_override(ap, o) for o in args.overrides)
+    base_cfg = load_config(args.config, {**setting.overrides, **extra})
     seeding = base_cfg.train.sft_steps
     base, base_tokenizer = load_model(base_cfg.model, seed=0)
     base_retention = retention_rows(base, base_tokenizer, base_cfg)
@@ -199,6 +208,7 @@ def main() -> None:
         "train.checkpoint_every": 1000,
         "train.steps": args.steps,
         **setting.overrides,
+        **extra,
     }
     arms: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
     for seed in args.seeds:
@@ -230,6 +240,16 @@ def main() -> None:
     (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, RESULTS / f"{args.results}.png")
     print(json.dumps(result["success"], indent=1))
+
+
+def parse_override(ap: argparse.ArgumentParser, text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        ap.error(f"--set {text!r}: write KEY=VALUE, e.g. --set train.sft_learning_rate=2.5e-4")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def by_env(evals: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -305,7 +325,8 @@ def summarise(
         + ("" if args.config == setting.config else f"--config {args.config} ")
         + f"--seeds {' '.join(map(str, seeds))} --steps {args.steps} --per-kind {args.per_kind} "
         + f"--kl-prompts {args.kl_prompts} "
-        + f"--arms {' '.join(args.arms)}",
+        + f"--arms {' '.join(args.arms)}"
+        + "".join(f" --set {o}" for o in args.overrides),
     }
 
 
