@@ -301,6 +301,13 @@ def rows() -> list[str]:
             f"{v['ratio_trl_over_native_per_token']:.2f}x); TRL through rollout_func (the lab's rollout), "
             f"{v['setting']['rounds'] - 1} steps timed"
         )
+        if "peak_rss_mb" in v["native"]:  # each backend in its own process
+            n, t = v["native"], v["trl"]
+            fig += (
+                f"; each in its own process: peak RSS native {n['peak_rss_mb'] / 1024:.1f} GB, TRL "
+                f"{t['peak_rss_mb'] / 1024:.1f} GB; matmul peak {n['matmul_gflops_fp32']:.0f} and "
+                f"{t['matmul_gflops_fp32']:.0f} GFLOP/s"
+            )
         shape = f"the demo's shape ({v['setting']['config']})"
         out.append(f"| GRPO step at {shape}, native vs TRL | {fig} | `{v['command']}` | {v['date']} |")
     sd = _load("seeding")

@@ -20,8 +20,9 @@ measured in the same run. Writes benchmarks/results/vs_trl.json.
 The demo's own shape (issue 25): the demo config (G=8 x 2 prompts, 160 tokens, up to 2 tool turns, LoRA, beta, the
 same SFT seeding) trained `--rounds` GRPO steps through the lab's run loop twice, once on the native trainer and
 once on TRL's GRPOTrainer with the lab's rollout as its `rollout_func` (`train.backend = "trl"`), one after the
-other in this process. Episodes end where they end (multi-turn lengths cannot be forced equal), so both the time per
-step and the time per 1,000 generated policy tokens are compared; step 1 is warm-up and not counted. TRL's
+other, each in a process of its own (each reports its own peak RSS and matmul peak). Episodes end where they end
+(multi-turn lengths cannot be forced equal), so both the time per step and the time per 1,000 generated policy
+tokens are compared; step 1 is warm-up and not counted. TRL's
 `step_time` covers its training_step (rollout, rewards, loss, backward) but not the optimizer step, so the ratio
 slightly favours TRL. Writes benchmarks/results/vs_trl_demo.json.
 """
@@ -62,7 +63,35 @@ DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / 
 
 
 def demo_shape(config: Path, rounds: int) -> dict:
-    """Both backends through the run loop on `config`: seconds per GRPO step and per 1k policy tokens."""
+    """Both backends through the run loop on `config`, each in a fresh process (one after the other): seconds per
+    GRPO step and per 1k policy tokens. A process of its own gives each backend a clean heap and its own peak RSS:
+    run in one process, TRL's update came after the native run's freed pages and was killed at 24 GB here."""
+    import subprocess
+    import sys
+
+    result: dict = {}
+    for backend in ("native", "trl"):
+        command = [sys.executable, __file__, "--shape", "demo", "--rounds", str(rounds), "--config", str(config)]
+        done = subprocess.run([*command, "--backend", backend], stdout=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            raise SystemExit(
+                f"the {backend} run exited with {done.returncode} (a negative code is a signal: -9 is the OOM killer)"
+            )
+        result[backend] = json.loads(done.stdout.strip().splitlines()[-1])[backend]
+        print(json.dumps({backend: result[backend]}), flush=True)
+    result["ratio_trl_over_native_per_step"] = result["trl"]["s_per_step"] / result["native"]["s_per_step"]
+    result["ratio_trl_over_native_per_token"] = (
+        result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]
+    )
+    result["setting"] = {"config": str(config.name), "rounds": rounds, "trl_version": __import__("trl").__version__}
+    result["date"] = time.strftime("%Y-%m-%d")
+    named = "" if config == DEMO else f" --config {config}"
+    result["command"] = f"python benchmarks/vs_trl.py --shape demo --rounds {rounds}{named}"
+    return result
+
+
+def demo_backend(config: Path, rounds: int, backend: str) -> dict:
+    """One backend's `rounds` GRPO steps of `config` through the run loop, step 1 not counted."""
     import statistics
     import tempfile
 
@@ -71,33 +100,21 @@ def demo_shape(config: Path, rounds: int) -> dict:
 
     overrides = {"train.steps": rounds, "train.eval_limit": 1, "train.eval_every": 0, "train.checkpoint_every": 1000}
     peak = matmul_gflops()
-    result: dict = {}
-    for backend in ("native", "trl"):
-        cfg = load_config(config, {**overrides, "train.backend": backend})
-        out = Path(tempfile.mkdtemp(prefix=f"grpolab-vs-trl-{backend}-")) / "run"
-        train(cfg, out, quiet=True)
-        timed = RunDir(out).metrics()[1:]
-        per_step = cfg.rollout.group_size * cfg.train.prompts_per_step
-        seconds = [m["perf/step_s"] for m in timed]
-        tokens = [m["completion_len"] * per_step for m in timed]
-        result[backend] = {
-            "s_per_step": statistics.mean(seconds),
-            "completion_tokens_per_step": statistics.mean(tokens),
-            "s_per_1k_completion_tokens": 1000 * sum(seconds) / max(sum(tokens), 1),
-            "steps_timed": len(timed),
-        }
-        print(json.dumps({backend: result[backend]}), flush=True)
-    result["ratio_trl_over_native_per_step"] = result["trl"]["s_per_step"] / result["native"]["s_per_step"]
-    result["ratio_trl_over_native_per_token"] = (
-        result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]
-    )
-    result["setting"] = {"config": str(config.name), "rounds": rounds, "trl_version": __import__("trl").__version__}
-    result["matmul_gflops_fp32"] = peak
-    result["peak_rss_mb_all"] = peak_rss_mb()
-    result["date"] = time.strftime("%Y-%m-%d")
-    named = "" if config == DEMO else f" --config {config}"
-    result["command"] = f"python benchmarks/vs_trl.py --shape demo --rounds {rounds}{named}"
-    return result
+    cfg = load_config(config, {**overrides, "train.backend": backend})
+    out = Path(tempfile.mkdtemp(prefix=f"grpolab-vs-trl-{backend}-")) / "run"
+    train(cfg, out, quiet=True)
+    timed = RunDir(out).metrics()[1:]
+    per_step = cfg.rollout.group_size * cfg.train.prompts_per_step
+    seconds = [m["perf/step_s"] for m in timed]
+    tokens = [m["completion_len"] * per_step for m in timed]
+    return {
+        "s_per_step": statistics.mean(seconds),
+        "completion_tokens_per_step": statistics.mean(tokens),
+        "s_per_1k_completion_tokens": 1000 * sum(seconds) / max(sum(tokens), 1),
+        "steps_timed": len(timed),
+        "matmul_gflops_fp32": peak,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def main() -> None:
@@ -109,8 +126,12 @@ def main() -> None:
     ap.add_argument("--free-length", action="store_true", help="let episodes stop at end of turn (lengths differ)")
     ap.add_argument("--shape", choices=("single", "demo"), default="single", help="demo: the demo config, 2 turns")
     ap.add_argument("--config", type=Path, default=DEMO, help="with --shape demo: the config both backends train")
+    ap.add_argument("--backend", choices=("native", "trl"), help=argparse.SUPPRESS)  # demo_shape's child processes
     args = ap.parse_args()
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    if args.shape == "demo" and args.backend:
+        print(json.dumps({args.backend: demo_backend(args.config, args.rounds, args.backend)}), flush=True)
+        return
     if args.shape == "demo":
         result = demo_shape(args.config, args.rounds)
         RESULTS.mkdir(exist_ok=True)
