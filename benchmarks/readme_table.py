@@ -135,7 +135,12 @@ LEARNING = {
 """Learning results shown in the table, with the title of their row."""
 
 
-TRANSFER = {"learning_transfer": "finance", "learning_transfer_bfcl": "BFCL"}
+TRANSFER = {
+    "learning_transfer": "finance",
+    "learning_transfer_bfcl": "BFCL",
+    "learning_transfer_bfcl_warm_start": "BFCL recipe's warm start (SFT lr 5e-4)",
+    "learning_transfer_bfcl_warm_start_lr": "BFCL warm start at SFT lr 2.5e-4",
+}
 """Issue 26's settings (benchmarks/learning_transfer.py), with the name of their row."""
 
 
@@ -147,10 +152,11 @@ def _points(margin: list[float]) -> str:
 
 def _transfer(t: dict, what: str) -> list[str]:
     n = len(t["seeds"])
-    title = (
-        f"where GRPO earns its keep: {what}, {n} seed{'s' if n > 1 else ''} x {t['per_kind']} held-out tasks per kind, "
-        f"{t['grpo_steps']} GRPO steps, mean [95% CI]"
-    )
+    seeds = f"{n} seed{'s' if n > 1 else ''} x {t['per_kind']} held-out tasks per kind"
+    if t["grpo_steps"] == 0:  # the warm-start arm alone: what every arm of that recipe starts from
+        title = f"{what}, no GRPO, {seeds}, mean [95% CI]"
+    else:
+        title = f"where GRPO earns its keep: {what}, {seeds}, {t['grpo_steps']} GRPO steps, mean [95% CI]"
     parts = []
     for arm, envs in t["success"].items():
         per_env = ", ".join(
@@ -158,6 +164,8 @@ def _transfer(t: dict, what: str) -> list[str]:
         )
         parts.append(f"{arm}: {per_env}; retention (capitals) {_ci(t['retention'][arm])}")
     fig = " / ".join(parts) + f" (base model's retention {_pct(t['base_retention'])})"
+    if t["grpo_steps"] == 0:
+        fig += "; retention per seed " + ", ".join(f"{r['seed']}: {_pct(r['retention'])}" for r in t["runs"])
     rows = [f"| {title} | {fig} | `{t['command']}` | {t['date']} |"]
     if t["grpo_margin_over_matched_sft"]:
         margins = "; ".join(
