@@ -153,7 +153,8 @@ def _points(margin: list[float]) -> str:
 def _transfer(t: dict, what: str) -> list[str]:
     n = len(t["seeds"])
     seeds = f"{n} seed{'s' if n > 1 else ''} x {t['per_kind']} held-out tasks per kind"
-    if t["grpo_steps"] == 0:  # the warm-start arm alone: what every arm of that recipe starts from
+    warm_start_only = t["grpo_steps"] == 0  # what every arm of that recipe starts from
+    if warm_start_only:
         title = f"{what}, no GRPO, {seeds}, mean [95% CI]"
     else:
         title = f"where GRPO earns its keep: {what}, {seeds}, {t['grpo_steps']} GRPO steps, mean [95% CI]"
@@ -164,7 +165,7 @@ def _transfer(t: dict, what: str) -> list[str]:
         )
         parts.append(f"{arm}: {per_env}; retention (capitals) {_ci(t['retention'][arm])}")
     fig = " / ".join(parts) + f" (base model's retention {_pct(t['base_retention'])})"
-    if t["grpo_steps"] == 0:
+    if warm_start_only:
         fig += "; retention per seed " + ", ".join(f"{r['seed']}: {_pct(r['retention'])}" for r in t["runs"])
     rows = [f"| {title} | {fig} | `{t['command']}` | {t['date']} |"]
     if t["grpo_margin_over_matched_sft"]:
