@@ -34,6 +34,9 @@ pi_base on them. Reported per arm, environment and kind: success as the mean ove
 interval (seeds, then tasks), GRPO's margin over matched SFT paired by seed and task (retention too), retention
 and KL per run. Finished runs and evaluations are read back (`--fresh` re-runs). Writes
 benchmarks/results/NAME.json and NAME.png (`--results`, default learning_transfer, learning_transfer_bfcl).
+The JSON keeps every evaluated task's verdict per arm and seed (`solved`), since run directories do not outlive a
+machine: `--add-seeds` runs only the seeds it names and summarises them with the seeds already in NAME.json, paired
+task by task as if all had run in one go (the command recorded is the one that would rerun them all).
 """
 
 from __future__ import annotations
@@ -187,6 +190,11 @@ def main() -> None:
         help="a config override of every arm, e.g. train.sft_learning_rate=2.5e-4 (VALUE read as JSON, else text)",
     )
     ap.add_argument("--fresh", action="store_true")
+    ap.add_argument(
+        "--add-seeds",
+        action="store_true",
+        help="summarise --seeds with the seeds already in benchmarks/results/NAME.json (same command otherwise)",
+    )
     ap.add_argument("--out", type=Path, help="default: runs/learning_transfer (finance), runs/learning_transfer_bfcl")
     ap.add_argument("--results", help="default: learning_transfer (finance), learning_transfer_bfcl")
     args = ap.parse_args()
@@ -211,6 +219,7 @@ def main() -> None:
         **extra,
     }
     arms: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
+    earlier = earlier_seeds(ap, args) if args.add_seeds else {}
     for seed in args.seeds:
         runs: dict[str, Path] = {}
         grpo_all = {**common, **setting.seeding, "seed": seed}
@@ -235,11 +244,64 @@ def main() -> None:
             warm = arm == WARM_START
             arms[arm][seed] = transfer_eval(path, setting.evals, args.per_kind, args.kl_prompts, base, args.fresh, warm)
         print(json.dumps({"seed": seed, "done": sorted(runs)}))
+    for arm, per_seed in earlier.items():
+        for seed, evaluated in per_seed.items():
+            arms[arm].setdefault(seed, evaluated)
+    args.seeds = sorted({s for per_seed in arms.values() for s in per_seed})
     result = summarise(arms, base_retention, setting, args)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, RESULTS / f"{args.results}.png")
     print(json.dumps(result["success"], indent=1))
+
+
+def verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
+    """{env: {kind: {task_id: 1 if solved else 0}}}: what the summary needs of an arm's evaluation rows."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for env, by_task in rows.items():
+        for task, row in by_task.items():
+            out.setdefault(env, {}).setdefault(row.get("kind", ""), {})[task] = int(solved(row))
+    return out
+
+
+def rows_from_verdicts(saved: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict[str, Any]]:
+    """The inverse of `verdicts`: rows that `solved` and the summary read as the evaluated ones."""
+    return {
+        env: {
+            task: {"kind": kind, "components": {"completion": float(flag)}}
+            for kind, by_task in kinds.items()
+            for task, flag in by_task.items()
+        }
+        for env, kinds in saved.items()
+    }
+
+
+def earlier_seeds(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, dict[int, dict[str, Any]]]:
+    """{arm: {seed: evaluation}} of the seeds in benchmarks/results/NAME.json that --seeds does not name, read from
+    its per-task verdicts; refused where that file was made with other settings, which would not pair."""
+    path = RESULTS / f"{args.results}.json"
+    if not path.is_file():
+        ap.error(f"--add-seeds: {path} does not exist yet; run the first seeds without --add-seeds")
+    saved = json.loads(path.read_text())
+    if "solved" not in saved:
+        ap.error(f"--add-seeds: {path} has no per-task verdicts (written before they were kept); rerun all seeds")
+    mine = {"setting": args.setting, "per_kind": args.per_kind, "grpo_steps": args.steps}
+    theirs = {k: saved.get(k) for k in mine}
+    if theirs != mine or saved.get("overrides", []) != args.overrides:
+        ap.error(
+            f"--add-seeds: {path} was made with {theirs} and --set {saved.get('overrides', [])}, this command with"
+            f" {mine} and --set {args.overrides}: pass the same settings, or a new --results name"
+        )
+    kl = {(r["arm"], r["seed"]): r["kl_to_base"] for r in saved["runs"]}
+    return {
+        arm: {
+            int(seed): {"rows": rows_from_verdicts(v), "kl": kl[(arm, int(seed))]}
+            for seed, v in per_seed.items()
+            if int(seed) not in args.seeds
+        }
+        for arm, per_seed in saved["solved"].items()
+        if arm in args.arms
+    }
 
 
 def parse_override(ap: argparse.ArgumentParser, text: str) -> tuple[str, Any]:
@@ -317,6 +379,8 @@ def summarise(
         "base_retention": statistics.mean(solved(r) for r in base_retention.values()),
         "runs": runs,
         "seeds": seeds,
+        "solved": {arm: {str(s): verdicts(rows) for s, rows in per_seed.items()} for arm, per_seed in arms.items()},
+        "overrides": args.overrides,
         "per_kind": args.per_kind,
         "grpo_steps": args.steps,
         "date": time.strftime("%Y-%m-%d"),

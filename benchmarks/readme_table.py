@@ -140,6 +140,7 @@ TRANSFER = {
     "learning_transfer_bfcl": "BFCL",
     "learning_transfer_bfcl_warm_start": "BFCL recipe's warm start (SFT lr 5e-4)",
     "learning_transfer_bfcl_warm_start_lr": "BFCL warm start at SFT lr 2.5e-4",
+    "learning_transfer_bfcl_lr": "BFCL from the warm start at SFT lr 2.5e-4",
 }
 """Issue 26's settings (benchmarks/learning_transfer.py), with the name of their row."""
 
