@@ -330,7 +330,7 @@ def summarise(
 ) -> dict[str, Any]:
     rng = random.Random(0)
     seeds = args.seeds
-    arms = {arm: {s: e["rows"] for s, e in per_seed.items()} for arm, per_seed in evals.items()}
+    arms = {arm: {s: e["rows"] for s, e in sorted(per_seed.items())} for arm, per_seed in evals.items()}
     envs = by_env(setting.evals)
     target = setting.evals[0][0]  # the environment the arms train on
 
@@ -368,7 +368,7 @@ def summarise(
             "kl_to_base": e["kl"],
         }
         for arm, per_seed in evals.items()
-        for s, e in per_seed.items()
+        for s, e in sorted(per_seed.items())
     ]
     return {
         "setting": args.setting,
