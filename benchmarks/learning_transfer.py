@@ -206,6 +206,7 @@ def main() -> None:
     if not set(args.arms) <= set(setting.arms):
         ap.error(f"--arms: the {args.setting} setting has {', '.join(setting.arms)}")
     extra = dict(parse_override(ap, o) for o in args.overrides)
+    earlier = earlier_seeds(ap, args) if args.add_seeds else {}  # refused before any model is loaded
     base_cfg = load_config(args.config, {**setting.overrides, **extra})
     seeding = base_cfg.train.sft_steps
     base, base_tokenizer = load_model(base_cfg.model, seed=0)
@@ -219,7 +220,6 @@ def main() -> None:
         **extra,
     }
     arms: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
-    earlier = earlier_seeds(ap, args) if args.add_seeds else {}
     for seed in args.seeds:
         runs: dict[str, Path] = {}
         grpo_all = {**common, **setting.seeding, "seed": seed}
@@ -292,6 +292,9 @@ def earlier_seeds(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict
             f"--add-seeds: {path} was made with {theirs} and --set {saved.get('overrides', [])}, this command with"
             f" {mine} and --set {args.overrides}: pass the same settings, or a new --results name"
         )
+    missing = [arm for arm in args.arms if arm not in saved["solved"]]
+    if missing:
+        ap.error(f"--add-seeds: {path} has no {', '.join(missing)} arm to pair with; drop it from --arms")
     kl = {(r["arm"], r["seed"]): r["kl_to_base"] for r in saved["runs"]}
     return {
         arm: {
