@@ -153,6 +153,8 @@ class TrainConfig(_Section):
     """Episodes per step written to episodes.jsonl."""
     trackio: bool = False
     """Also log metrics to trackio (local, offline)."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """dtype of the update, reference and SFT passes (autocast; weights and loss stay fp32); auto: measured per host."""
 
     @field_validator("sft_mix")
     @classmethod
@@ -251,7 +253,7 @@ DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.toml"
 """The demo's config (`grpolab demo`): also the web lab's starting form and the simulator's calibration run."""
 
 
-MADE_WITHOUT = {("rollout", "stop_at_answer"): False}
+MADE_WITHOUT = {("rollout", "stop_at_answer"): False, ("train", "precision"): "fp32"}
 """Settings whose default changes behaviour, with the value a run made before they existed had."""
 
 

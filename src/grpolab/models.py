@@ -49,7 +49,8 @@ def embedded_gguf() -> Path:
 
 
 def default_dtype(device: torch.device | str = "cpu") -> torch.dtype:
-    """fp32 on CPUs (bf16 matmul is ~400x slower on CPUs without AMX/AVX512-BF16); bf16 on GPUs that have it."""
+    """The dtype weights load in: fp32 on CPUs (the update may still run in bf16: `engine.precision`); bf16 on GPUs
+    that have it."""
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16

@@ -29,6 +29,7 @@ from grpolab.cli.options import (
     resolve_config,
 )
 from grpolab.config import config_to_dict
+from grpolab.engine.policy import resolve_precision
 from grpolab.envs import SPLITS, env_for, env_names, get_env
 from grpolab.errors import UserError
 
@@ -68,6 +69,8 @@ def config(
         # values are the user's (model names, data paths) and "[reward]" would read as a markup tag
         line = f"{section} = {values!r}" if not isinstance(values, dict) else f"[{section}] {values}"
         console.print(line, markup=False)
+    choice = resolve_precision(cfg, env_for(cfg))
+    console.print(f"train.precision {choice.requested} -> {choice.chosen} on this host: {choice.why}", markup=False)
 
 
 @app.command()

@@ -27,6 +27,7 @@ from torch import Tensor
 from transformers import DynamicCache
 
 from grpolab.engine.decoder import base_model
+from grpolab.engine.precision import compute_dtype
 from grpolab.models import cache_keyword, cache_of
 
 CHUNK_TOKENS = 256
@@ -34,19 +35,37 @@ CHUNK_TOKENS = 256
 
 
 class LinearLogProbs(torch.autograd.Function):
-    """log softmax(hidden @ weight.T / temperature)[target] per row, and the entropy (not differentiated)."""
+    """log softmax(hidden @ weight.T / temperature)[target] per row, and the entropy (not differentiated).
+
+    The head's matmuls run in the dtype autocast gives them (`precision.compute_dtype`: bf16 in a bf16 update), the
+    softmax arithmetic, log-probs and gradients' accumulation in fp32."""
 
     @staticmethod
     def forward(
         ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, with_entropy: bool = True
     ) -> tuple[Tensor, Tensor]:
+        dtype = compute_dtype(hidden.device.type, hidden.dtype)
+        with torch.autocast(hidden.device.type, enabled=False):
+            return LinearLogProbs._forward(ctx, hidden, weight, targets, temperature, with_entropy, dtype)
+
+    @staticmethod
+    def _forward(
+        ctx: Any,
+        hidden: Tensor,
+        weight: Tensor,
+        targets: Tensor,
+        temperature: float,
+        with_entropy: bool,
+        dtype: torch.dtype,
+    ) -> tuple[Tensor, Tensor]:
         logp = hidden.new_empty(len(targets), dtype=torch.float32)
         entropy = torch.zeros_like(logp)
         lse = torch.empty_like(logp)
-        logits_buf, exp_buf = _buffer(hidden, weight), _buffer(hidden, weight)
+        h, w = hidden.to(dtype), weight.to(dtype)  # no copy where the dtype is already the one to compute in
+        logits_buf, exp_buf = _buffer(len(hidden), len(weight), hidden), _buffer(len(hidden), len(weight), hidden)
         for s in range(0, len(targets), CHUNK_TOKENS):
             e = s + CHUNK_TOKENS
-            logits = _chunk_logits(hidden[s:e], weight, temperature, logits_buf)  # (c, V)
+            logits = _chunk_logits(h[s:e], w, temperature, logits_buf)  # (c, V) fp32
             top = logits.amax(-1, keepdim=True)
             shifted = torch.sub(logits, top, out=exp_buf[: len(logits)]).exp_()  # exp(logits - max): one exp pass
             total = shifted.sum(-1)
@@ -55,48 +74,58 @@ class LinearLogProbs(torch.autograd.Function):
             if with_entropy:  # H = lse - sum p * logits, p = shifted / total
                 entropy[s:e] = lse[s:e] - shifted.mul_(logits).sum(-1) / total
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature = temperature
+        ctx.temperature, ctx.dtype = temperature, dtype
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
     @staticmethod
     def backward(ctx: Any, grad_logp: Tensor, grad_entropy: Tensor | None) -> tuple[Tensor | None, ...]:
         hidden, weight, targets, lse = ctx.saved_tensors
-        T = ctx.temperature
+        T, dtype = ctx.temperature, ctx.dtype
+        h, w = hidden.to(dtype), weight.to(dtype)
         grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         rows = torch.arange(min(CHUNK_TOKENS, len(targets)), device=hidden.device)
-        logits_buf = _buffer(hidden, weight)
+        logits_buf = _buffer(len(hidden), len(weight), hidden)
         for s in range(0, len(targets), CHUNK_TOKENS):
             e = s + CHUNK_TOKENS
             # d logp / d logits = onehot - p, with p recomputed in place in the logits' own buffer (not stored)
-            g = _chunk_logits(hidden[s:e], weight, T, logits_buf).sub_(lse[s:e, None]).exp_()
+            g = _chunk_logits(h[s:e], w, T, logits_buf).sub_(lse[s:e, None]).exp_()
             g.mul_(-grad_logp[s:e, None])
             n = len(g)
             g[rows[:n], targets[s:e]] += grad_logp[s:e]
             if T != 1.0:
                 g.div_(T)
-            g = g.to(hidden.dtype)
+            g = g.to(dtype)
             if grad_hidden is not None:
-                torch.mm(g, weight, out=grad_hidden[s:e])
+                if dtype == hidden.dtype:
+                    torch.mm(g, w, out=grad_hidden[s:e])
+                else:
+                    grad_hidden[s:e] = torch.mm(g, w)
             if grad_weight is not None:
-                grad_weight.addmm_(g.T, hidden[s:e])
+                if dtype == weight.dtype:
+                    grad_weight.addmm_(g.T, h[s:e])
+                else:
+                    grad_weight += torch.mm(g.T, h[s:e])
         return grad_hidden, grad_weight, None, None, None
 
 
-def _buffer(hidden: Tensor, weight: Tensor) -> Tensor | None:
-    """One chunk's (CHUNK_TOKENS, V) fp32 buffer, reused by every chunk of a call (fp32 hidden states only).
+def _buffer(rows: int, vocab: int, like: Tensor) -> Tensor:
+    """One chunk's (CHUNK_TOKENS, V) fp32 logits buffer, reused by every chunk of a call.
 
     A (256, 49152) fp32 chunk is 50 MB, above glibc's largest mmap threshold (32 MB): allocated afresh per chunk it
     is a new mapping each time, and every one of its pages faults in on first touch."""
-    if hidden.dtype != torch.float32:
-        return None
-    return hidden.new_empty(min(CHUNK_TOKENS, len(hidden)), len(weight), dtype=torch.float32)
+    return like.new_empty(min(CHUNK_TOKENS, rows), vocab, dtype=torch.float32)
 
 
-def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float, out: Tensor | None = None) -> Tensor:
-    """(c, V) fp32 logits of a chunk at the temperature (written into `out` when given; divided in place)."""
-    logits = (hidden @ weight.T).float() if out is None else torch.mm(hidden, weight.T, out=out[: len(hidden)])
+def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float, out: Tensor) -> Tensor:
+    """(c, V) fp32 logits of a chunk at the temperature, written into `out` (a matmul in another dtype is copied
+    into it); divided in place."""
+    target = out[: len(hidden)]
+    if hidden.dtype == torch.float32:
+        logits = torch.mm(hidden, weight.T, out=target)
+    else:
+        logits = target.copy_(torch.mm(hidden, weight.T))
     return logits if temperature == 1.0 else logits.div_(temperature)
 
 

@@ -13,6 +13,9 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
+from grpolab.engine.precision import PrecisionChoice, choose_precision
+from grpolab.engine.sft import reference_tokens
+from grpolab.envs.base import Environment
 from grpolab.errors import UserError
 from grpolab.models import load_model, peft_lora_args
 from grpolab.rundir import RunDir
@@ -86,3 +89,16 @@ def load_policy(spec: str, cfg: LabConfig) -> tuple[Any, Any, LabConfig]:
         return load_run_policy(path)[:3]
     model, tokenizer = load_model(spec, seed=cfg.seed)
     return model, tokenizer, cfg
+
+
+def resolve_precision(cfg: LabConfig, env: Environment, model: Any = None, tokenizer: Any = None) -> PrecisionChoice:
+    """The update's precision for `train.precision` on this host (`engine.precision`). Where the choice needs the
+    model, it probes `model` (loaded from the config when not given) on a reference transcript of the env."""
+
+    def probe() -> tuple[Any, list[int]]:
+        m, tok = (model, tokenizer) if model is not None else load_model(cfg.model, seed=cfg.seed)
+        prompt, completion, _ = reference_tokens(tok, env, env.tasks("train")[0])
+        return m, (prompt + completion)[-512:]
+
+    device = next(model.parameters()).device.type if model is not None else "cpu"
+    return choose_precision(cfg.train.precision, probe, device)

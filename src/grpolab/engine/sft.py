@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from grpolab.engine.logprobs import make_batch, token_logprobs
+from grpolab.engine.precision import update_autocast
 from grpolab.envs.base import Environment, Task
 from grpolab.errors import UserError
 from grpolab.formats import ChatTemplateFormat, InlineFormat
@@ -68,13 +69,15 @@ def sft_warm_start(
     seed: int,
     fmt: InlineFormat | ChatTemplateFormat | None = None,
     mix: dict[str, float] | None = None,
+    precision: str = "fp32",
 ) -> list[float]:
-    """Train on reference transcripts of the train split (in the episode format, kinds weighed by `mix`); returns
-    the loss per step."""
+    """Train on reference transcripts of the train split (in the episode format, kinds weighed by `mix`), the
+    forward passes in `precision` (`engine.precision`); returns the loss per step."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     losses = []
+    device_type = next(model.parameters()).device.type
     model.train()
     for batch_tasks in sft_batches(env.tasks("train"), steps, batch_size, seed, mix):
         examples = [reference_tokens(tokenizer, env, t, fmt) for t in batch_tasks]
@@ -85,7 +88,8 @@ def sft_warm_start(
         # the summed gradients equal the batch's (the loss is normalised by the batch's token count)
         for prompt, completion, mask in examples:
             batch = make_batch([prompt], [completion], [mask], pad)
-            logp = token_logprobs(model, batch)
+            with update_autocast(precision, device_type):
+                logp = token_logprobs(model, batch)
             loss = -(logp * batch.mask.to(logp.device)).sum() / total
             loss.backward()
             loss_sum += loss.item()

@@ -30,6 +30,8 @@ from grpolab.engine import heap
 from grpolab.engine.grpo import group_advantages, grpo_loss, sampler_mismatch, truncated_is_weights
 from grpolab.engine.logprobs import SharedPrefix, TokenStats, group_token_stats
 from grpolab.engine.phases import Phases
+from grpolab.engine.policy import resolve_precision
+from grpolab.engine.precision import update_autocast
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.engine.sampler import make_sampler
 from grpolab.envs.base import Environment, Task
@@ -136,6 +138,9 @@ class GRPOTrainer:
         self.sampler = make_sampler(model, cfg.rollout.engine)
         self.sampling = sampling_settings(cfg)
         """How rollouts sample (from `rollout.*`; benchmarks set `min_new_tokens` for equal-length steps)."""
+        requested = cfg.train.precision
+        self.precision = requested if requested != "auto" else resolve_precision(cfg, env, model, tokenizer).chosen
+        """dtype of the update's passes (`engine.precision`): the run loop records a resolved choice in the config."""
 
     # ---- rollouts ----
 
@@ -190,10 +195,11 @@ class GRPOTrainer:
         e0 = episodes[0]
         completions, masks = [e.completion_ids for e in episodes], [e.mask for e in episodes]
         temperature = self.cfg.rollout.temperature
-        prefix = shared.get(e0.prompt_ids)
-        return group_token_stats(
-            shared.model, e0.prompt_ids, completions, masks, self.pad, temperature, with_entropy, prefix=prefix
-        )
+        with update_autocast(self.precision, next(shared.model.parameters()).device.type):
+            prefix = shared.get(e0.prompt_ids)
+            return group_token_stats(
+                shared.model, e0.prompt_ids, completions, masks, self.pad, temperature, with_entropy, prefix=prefix
+            )
 
     @torch.no_grad()
     def _logps(self, model: Any, chunks: list[_Chunk]) -> list[Tensor]:
@@ -217,7 +223,9 @@ class GRPOTrainer:
             with phases("reference", tokens=total):
                 self._reference_logps(chunks)
         exact = self.sampler.exact
-        if cfg.mu > 1 and not exact:  # the policy before the update, which the int8 sampler only approximates
+        # the policy before the update, which an int8 sampler only approximates and a bf16 update does not compute
+        # as the fp32 rollout recorded it
+        if cfg.mu > 1 and (not exact or self.precision != "fp32"):
             with phases("old_logprobs", tokens=total):
                 for c, logp in zip(chunks, self._logps(self.model, chunks)):
                     c.old = logp

@@ -18,7 +18,7 @@ from typing import Any
 
 from grpolab.config import LabConfig
 from grpolab.engine.evaluate import evaluate
-from grpolab.engine.policy import build_policy
+from grpolab.engine.policy import build_policy, resolve_precision
 from grpolab.engine.sft import check_sft_mix, sft_warm_start
 from grpolab.engine.trainer import StepResult
 from grpolab.envs import Environment, env_for
@@ -29,6 +29,7 @@ from grpolab.report.html import render_report
 from grpolab.run.progress import Progress
 from grpolab.run.sources import StepSource, backend_notes, make_source
 from grpolab.rundir import RunDir
+from grpolab.rundir.layout import PRECISION_FILE
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
 from grpolab.trust.preflight import probe_report
@@ -69,7 +70,7 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     t = cfg.train
     start = time.perf_counter()
     losses = sft_warm_start(
-        model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, fmt, t.sft_mix
+        model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, fmt, t.sft_mix, t.precision
     )
     run.write_sft({"loss": losses, "seconds": time.perf_counter() - start})
     run.save_warm_start(model)
@@ -142,9 +143,19 @@ def train(
     try:
         run.clear_stop()  # a stale stop request from an earlier process must not end this one
         env = env_for(cfg)
+        if cfg.train.precision == "auto":  # a resumed run keeps the precision its config.json recorded
+            choice = resolve_precision(cfg, env)
+            cfg = cfg.model_copy(deep=True)
+            cfg.train.precision = choice.chosen
+            run.write_config(cfg)
+            run.write_json(PRECISION_FILE, choice.as_dict())
+            precision_note = f"precision: {choice.chosen} ({choice.why})"
+        else:
+            precision_note = f"precision: {cfg.train.precision}"
         if cfg.train.sft_steps > 0:
             check_sft_mix(env, cfg.train.sft_mix)  # before any model loads
         progress = Progress(cfg, quiet)
+        progress.note(precision_note)
         for note in notes:
             progress.note(note)
         for note in run.set_aside_damaged_checkpoints() if resume else []:

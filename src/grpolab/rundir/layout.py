@@ -6,6 +6,7 @@ runs/NAME/episodes.jsonl        sampled trajectories with per-component rewards 
 runs/NAME/eval/LABEL.jsonl      held-out episodes of one evaluation (base, 0, step numbers)
 runs/NAME/eval/summary.json     held-out metrics by evaluation label
 runs/NAME/preflight.json        probes (and learnability when `check --save` wrote it)
+runs/NAME/precision.json      the update's precision: asked, chosen, why, and the probe's figures
 runs/NAME/sft.json, sft/        SFT losses and the warm start's trainable weights (sft/manifest.json: checksum)
 runs/NAME/checkpoints/step-N/   trainable weights, optimizer, RNG state, step
 runs/NAME/checkpoints/damaged-step-N-T/     a checkpoint that failed its checksum or could not be loaded, set aside
@@ -24,6 +25,7 @@ EPISODES_FILE = "episodes.jsonl"
 EVAL_DIR = "eval"
 SUMMARY_FILE = f"{EVAL_DIR}/summary.json"
 PREFLIGHT_FILE = "preflight.json"
+PRECISION_FILE = "precision.json"
 SFT_FILE = "sft.json"
 SFT_DIR = "sft"
 WARM_START_FILE = f"{SFT_DIR}/trainable.pt"

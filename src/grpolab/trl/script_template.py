@@ -35,8 +35,9 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
 from grpolab.config import LabConfig  # noqa: E402
 from grpolab.envs import env_for  # noqa: E402
-from grpolab.models import default_dtype, load_model  # noqa: E402
+from grpolab.models import load_model  # noqa: E402
 from grpolab.trl.backend import LabRollout, prompt_rows, reward_functions, sft_rows  # noqa: E402
+from grpolab.trl.settings import bf16_here  # noqa: E402
 
 # Lab settings TRL cannot express (also printed by `grpolab export-trl`):  # @lab: unsupported
 
@@ -47,7 +48,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked
 WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 EPISODES_PER_STEP = 16  # @lab: episodes
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-BF16 = default_dtype(DEVICE) == torch.bfloat16  # the lab's dtype rule: never bf16 on a CPU (~400x slower matmul)
+BF16 = bf16_here(LAB_CONFIG.get("train", {}).get("precision", "fp32"))  # bf16 where this machine runs it natively
 if EPISODES_PER_STEP % WORLD_SIZE:
     sys.exit(f"{EPISODES_PER_STEP} episodes per step do not split over {WORLD_SIZE} processes: change the count")
 
