@@ -9,8 +9,9 @@ so their ratio is measured on the same machine state:
 - `modules`: the decoder driving peft's modules (7 base matmuls + 7 LoRA pairs per layer);
 - `fused`: LoRA merged into q/k/v, gate/up and down matrices for the rollout (`grpolab.engine.fused`),
   including the time to build the fused weights once per rollout, spread over a rollout's decode steps;
-- `packed`: the fused matrices and the LM head reordered once into oneDNN's layout (`PackedLinear`, the rollout's
-  default on CPUs with oneDNN), its build time counted the same way.
+- `packed_sdpa`: the fused matrices and the LM head reordered once into oneDNN's layout (`PackedLinear`, the
+  rollout's default on CPUs with oneDNN), its build time counted the same way, attention through SDPA;
+- `packed`: the same with the one-token attention as two batched matmuls (`FastDecoder.direct`, the default).
 Results: benchmarks/results/decode_step.json.
 """
 
@@ -72,15 +73,17 @@ def main() -> None:
     ones = torch.ones(R, dtype=torch.long)
 
     def build(variant: str) -> FastDecoder:
-        return FastDecoder(model, fused=variant != "modules", packed=variant == "packed")
+        packed = variant.startswith("packed")
+        return FastDecoder(model, fused=variant != "modules", packed=packed, direct=variant != "packed_sdpa")
 
-    build_s = {"modules": 0.0, "fused": float("inf"), "packed": float("inf")}
+    names = ("modules", "fused", "packed_sdpa", "packed")
+    build_s = {v: 0.0 if v == "modules" else float("inf") for v in names}
     for _ in range(3):
-        for v in ("fused", "packed"):
+        for v in names[1:]:
             start = time.perf_counter()
             build(v)
             build_s[v] = min(build_s[v], time.perf_counter() - start)
-    decoders = {v: build(v) for v in ("modules", "fused", "packed")}
+    decoders = {v: build(v) for v in names}
     caches = {}
     with torch.no_grad():
         for v, dec in decoders.items():
@@ -125,7 +128,10 @@ def main() -> None:
         "packed_build_ms": round(build_s["packed"] * 1000, 1),
         "variants": variants,
         "speedup_fused": round(variants["modules"]["ms_per_step"] / variants["fused"]["ms_per_step"], 2),
-        "speedup_packed": round(variants["fused"]["ms_per_step"] / variants["packed"]["ms_per_step"], 2),
+        "speedup_packed": round(variants["fused"]["ms_per_step"] / variants["packed_sdpa"]["ms_per_step"], 2),
+        "speedup_direct_attention": round(
+            variants["packed_sdpa"]["ms_per_step"] / variants["packed"]["ms_per_step"], 2
+        ),
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/decode_step.py "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),

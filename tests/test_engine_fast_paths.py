@@ -39,9 +39,10 @@ def test_the_fast_decoder_drives_the_embedded_architecture(tiny):
     assert supports(model)
 
 
-def test_ragged_decoding_matches_the_full_forward(tiny, finance):
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-attention", "sdpa"])
+def test_ragged_decoding_matches_the_full_forward(tiny, finance, direct):
     """Rows of different lengths, a tool-response chunk fed to one row, rows leaving: every next-token
-    distribution equals the plain forward over the whole sequence (1e-5)."""
+    distribution equals the plain forward over the whole sequence (1e-5), whichever attention one-token steps use."""
     _, model, tok = tiny
     seqs = []
     for task_id in ("pct_change-ACME-Q3", "eps_surprise-ACME-Q2", "revenue_growth-ACME-Q1Q2"):
@@ -49,7 +50,7 @@ def test_ragged_decoding_matches_the_full_forward(tiny, finance):
         seqs.append(prompt + completion)
     with torch.no_grad():
         full = [torch.log_softmax(model(input_ids=torch.tensor([s])).logits[0].float(), -1) for s in seqs]
-    dec = FastDecoder(model)
+    dec = FastDecoder(model, direct=direct)
     kv = dec.new_cache(3)
     pos = [100, 120, 140]
     ids = torch.zeros(3, max(pos), dtype=torch.long)
