@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from common import bandwidth
 
 from grpolab.config import load_config
 from grpolab.engine.decoder import FastDecoder
@@ -32,17 +33,6 @@ from grpolab.engine.policy import build_policy
 RESULTS = Path(__file__).parent / "results"
 ROLLOUT_STEPS = 160
 """Decode steps of one demo rollout (max_new_tokens): the fused weights are built once per rollout."""
-
-
-def bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
-    x = torch.empty(megabytes * 1024 * 1024 // 4)
-    x.uniform_()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - start)
-    return x.numel() * 4 / best / 1e9
 
 
 def step_bytes(model: Any, rows: int, context: int) -> float:

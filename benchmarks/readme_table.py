@@ -73,7 +73,8 @@ def _step_cost(r: dict) -> str:
     return (
         f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + unit + ". "
         "Peaks measured in the same run: "
-        f"{r['matmul_gflops_fp32']:.0f} GFLOP/s fp32 matmul, {r['bandwidth_gbs']:.1f} GB/s read; "
+        f"{r['matmul_gflops_fp32']:.0f} GFLOP/s fp32 matmul ({r.get('matmul_peak_kernel_fp32', 'mm 2048')}), "
+        f"{r['bandwidth_gbs']:.1f} GB/s read; "
         f"peak RSS {r['peak_rss_mb'] / 1024:.1f} GB" + _rss_by_phase(r)
     )
 

@@ -6,7 +6,8 @@
 Before and after a change: run it with PYTHONPATH pointing at a checkout of the old code (`--results
 step_cost_before`), then at once without; the JSON records the commit measured.
 
-In one process: (1) this machine's fp32 matmul GFLOP/s and memory bandwidth (copy, read + write), (2) the demo's
+In one process: (1) this machine's roofs (`common.matmul_peaks`: the best kernel's GFLOP/s per precision, and the
+read bandwidth), (2) the demo's
 SFT warm start (so episodes look like the demo's: tool calls, ~130 policy tokens), (3) `--steps` GRPO steps of the
 demo config (G=8 x 2 prompts, 160 new tokens), (4) one held-out evaluation. For every phase: seconds per step, its
 work, the achieved GFLOP/s or GB/s, and the fraction of the measured peak. The first GRPO step is warm-up and is
@@ -30,36 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from common import bandwidth, matmul_peaks
 
 from grpolab.config import load_config
 from grpolab.engine.evaluate import evaluate
-from grpolab.engine.policy import build_policy
+from grpolab.engine.policy import build_policy, resolve_precision
 from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
 from grpolab.envs import env_for
 
 RESULTS = Path(__file__).parent / "results"
 DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
-
-
-def matmul_peak(repeats: int = 6) -> float:
-    """Best fp32 GFLOP/s over square matmuls and the model's own layer shapes (the FLOP roof)."""
-    shapes = [(2048, 2048, 2048), (4096, 576, 1536), (4096, 1536, 576), (4096, 576, 576)]
-    best = 0.0
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        a @ b
-        seconds = min(_time(lambda a=a, b=b: a @ b) for _ in range(repeats))
-        best = max(best, 2 * m * k * n / seconds / 1e9)
-    return best
-
-
-def bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
-    """Best GB/s reading a large tensor once (a decode step reads every weight once: the bandwidth roof)."""
-    x = torch.empty(megabytes * 1024 * 1024 // 4)
-    x.uniform_()
-    best = min(_time(lambda: x.sum()) for _ in range(repeats))
-    return x.numel() * 4 / best / 1e9
 
 
 def _commit() -> str:
@@ -73,12 +55,6 @@ def _commit() -> str:
         ["git", "-C", str(where), "status", "--porcelain", "--", "."], capture_output=True, text=True
     )
     return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
-
-
-def _time(fn: Any) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 class Shape:
@@ -110,15 +86,26 @@ def padding(episodes: list[Any]) -> float:
     return round(1 - useful / max(sum(len(g) * max(g) for g in groups.values()), 1), 3)
 
 
-def phase_rows(m: dict[str, float], episodes: list[Any], shape: Shape, peak: float, bw: float) -> list[dict]:
-    """One row per phase of a step: seconds, work, achieved rate, fraction of the roof."""
+def phase_rows(
+    m: dict[str, float], episodes: list[Any], shape: Shape, peak: float, bw: float, update_peak: float | None = None
+) -> list[dict]:
+    """One row per phase of a step: seconds, work, achieved rate, fraction of the roof (`update_peak`: the roof of
+    the precision the reference and forward + backward passes run in; default `peak`, fp32's)."""
 
-    def row(name: str, seconds: float, work: str, flops: float = 0.0, bytes_: float = 0.0, bound: float = 0.0):
+    def row(
+        name: str,
+        seconds: float,
+        work: str,
+        flops: float = 0.0,
+        bytes_: float = 0.0,
+        bound: float = 0.0,
+        roof: float = peak,
+    ):
         out: dict[str, Any] = {"phase": name, "seconds": round(seconds, 3), "work": work}
         if flops:
             out["gflops"] = round(flops / 1e9, 1)
             out["gflop_s"] = round(flops / max(seconds, 1e-9) / 1e9, 1)
-            out["fraction_of_peak"] = round(flops / max(seconds, 1e-9) / 1e9 / peak, 3)
+            out["fraction_of_peak"] = round(flops / max(seconds, 1e-9) / 1e9 / roof, 3)
         if bytes_:
             out["gb_s"] = round(bytes_ / max(seconds, 1e-9) / 1e9, 2)
         if bound:
@@ -151,11 +138,12 @@ def phase_rows(m: dict[str, float], episodes: list[Any], shape: Shape, peak: flo
     body_tokens = groups * prompt + sum(len(e.completion_ids) for e in episodes)
     policy = sum(e.n_policy_tokens for e in episodes)
     ref_flops = shape.forward(body_tokens, policy, body_tokens * prompt)
-    rows.append(row("reference pass", s("reference"), f"{body_tokens:.0f} tokens", ref_flops))
+    roof = update_peak or peak
+    rows.append(row("reference pass", s("reference"), f"{body_tokens:.0f} tokens", ref_flops, roof=roof))
     old = "skipped (mu = 1, or the exact sampler's log-probs)" if not s("old_logprobs") else f"{body_tokens:.0f} tokens"
     rows.append(row("old-log-prob pass", s("old_logprobs"), old))
     train_flops = 2 * ref_flops + 2 * shape.head * policy  # forward + backward w.r.t. activations + head recompute
-    rows.append(row("forward + backward", s("forward_backward"), f"{body_tokens:.0f} tokens", train_flops))
+    rows.append(row("forward + backward", s("forward_backward"), f"{body_tokens:.0f} tokens", train_flops, roof=roof))
     rows.append(row("optimizer step", s("optimizer"), "LoRA parameters"))
     rows.append(row("sampler refresh", s("sampler_refresh"), ""))
     return rows
@@ -167,15 +155,25 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=20)
     ap.add_argument("--engine", default="exact", choices=["exact", "int8"])
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="train.precision")
     ap.add_argument("--results", default=None, help="results file name (default step_cost[_ENGINE])")
     args = ap.parse_args()
-    peak, bw = matmul_peak(), bandwidth()
-    print(json.dumps({"matmul_gflops": round(peak, 1), "bandwidth_gbs": round(bw, 2)}), flush=True)
-    cfg = load_config(DEMO, {"model": args.model, "rollout.engine": args.engine})
+    peaks, bw = matmul_peaks(), bandwidth()
+    peak = peaks["fp32"]
+    roofs = {"fp32": peak, "fp32_kernel": peaks["fp32_best"], "bf16": peaks["bf16"], "bandwidth_gbs": round(bw, 2)}
+    print(json.dumps(roofs), flush=True)
+    overrides = {"model": args.model, "rollout.engine": args.engine, "train.precision": args.precision}
+    cfg = load_config(DEMO, overrides)
     env = env_for(cfg)
     model, tok, _ = build_policy(cfg)
+    choice = resolve_precision(cfg, env, model, tok)
+    cfg.train.precision = choice.chosen
+    print(json.dumps({"precision": choice.as_dict()}), flush=True)
+    update_peak = peaks[choice.chosen] or peak
     t = cfg.train
-    sft_warm_start(model, tok, env, args.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed)
+    sft_warm_start(
+        model, tok, env, args.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, None, None, t.precision
+    )
     rss = {"after_warm_start": round(peak_rss_mb())}  # ru_maxrss: the peak so far, per phase
     trainer = GRPOTrainer(model, tok, env, cfg)
     shape = Shape(model)
@@ -183,7 +181,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         result = trainer.step(step)
         m = result.metrics
-        rows = phase_rows(m, result.episodes, shape, peak, bw)
+        rows = phase_rows(m, result.episodes, shape, peak, bw, update_peak)
         steps.append({"metrics": m, "phases": rows, "padding": padding(result.episodes)})
         rss[f"after_step_{step}"] = round(peak_rss_mb())
         print(json.dumps({"step": step, "s": round(m["perf/step_s"], 1), "success": m.get("success")}), flush=True)
@@ -214,6 +212,10 @@ def main() -> None:
         "engine": args.engine,
         "config": "src/grpolab/configs/demo.toml",
         "matmul_gflops_fp32": round(peak, 1),
+        "matmul_peak_kernel_fp32": peaks["fp32_best"],
+        "matmul_gflops_bf16": peaks["bf16"],
+        "matmul_kernels": peaks["kernels"],
+        "precision": choice.as_dict(),
         "bandwidth_gbs": round(bw, 2),
         "s_per_step": round(step_s, 1),
         "per_unit": per_unit,

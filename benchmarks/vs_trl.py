@@ -39,6 +39,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from common import matmul_peaks
 
 from grpolab.config import load_config
 from grpolab.engine.policy import build_policy
@@ -48,15 +49,6 @@ from grpolab.models import load_model
 from grpolab.trl.backend import reward_functions
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def matmul_gflops(n: int = 2048, reps: int = 10) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
 
 
 DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
@@ -99,7 +91,7 @@ def demo_backend(config: Path, rounds: int, backend: str) -> dict:
     from grpolab.rundir import RunDir
 
     overrides = {"train.steps": rounds, "train.eval_limit": 1, "train.eval_every": 0, "train.checkpoint_every": 1000}
-    peak = matmul_gflops()
+    peak = matmul_peaks()["fp32"]
     cfg = load_config(config, {**overrides, "train.backend": backend})
     out = Path(tempfile.mkdtemp(prefix=f"grpolab-vs-trl-{backend}-")) / "run"
     train(cfg, out, quiet=True)
@@ -157,7 +149,7 @@ def main() -> None:
         },
     )
     env = env_for(cfg)
-    peak = matmul_gflops()
+    peak = matmul_peaks()["fp32"]
     natives = {}
     for engine in ("exact", "int8"):
         engine_cfg = cfg.model_copy(deep=True)
