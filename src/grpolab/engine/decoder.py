@@ -215,9 +215,8 @@ class FastDecoder:
         # the query heads sharing a K/V head become extra query rows of that head: (R, kv_heads, groups * n, d)
         qf = q.reshape(R, self.kv_heads, self.groups * n, self.head_dim)
         if chunk.bias is not None:
-            # one query per row and head: reading each key and value once is all the work (bandwidth-bound), which
-            # two batched matmuls do; SDPA's flash kernel tiles for long queries and ran 5x slower here (16 rows,
-            # 400 cached positions, SmolLM2's 3 K/V heads: 2.8 vs 0.5 ms per layer on an AVX2 EPYC)
+            # one query per row and head: the work is reading each key and value once, which two batched matmuls
+            # do without flash attention's tiling (benchmarks/decode_step.py times both: 1.02x on an AVX2 EPYC)
             scores = torch.matmul(qf, K.transpose(-1, -2)).mul_(self.scaling).add_(chunk.bias)  # (R, kv, groups, T)
             out = torch.matmul(torch.softmax(scores, dim=-1), V)
         else:
