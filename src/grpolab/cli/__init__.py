@@ -32,6 +32,7 @@ from grpolab.config import config_to_dict
 from grpolab.engine.policy import resolve_precision
 from grpolab.envs import SPLITS, env_for, env_names, get_env
 from grpolab.errors import UserError
+from grpolab.scaffold import new_env
 
 app = typer.Typer(
     add_completion=False,
@@ -71,6 +72,17 @@ def config(
         console.print(line, markup=False)
     choice = resolve_precision(cfg, env_for(cfg))
     console.print(f"train.precision {choice.requested} -> {choice.chosen} on this host: {choice.why}", markup=False)
+
+
+@app.command("new-env")
+def new_env_command(
+    name: Annotated[str, typer.Argument(help="The folder to write (letters, digits, - and _).")],
+    into: Annotated[Path, typer.Option("--into", help="Where to write it.")] = Path("."),
+) -> None:
+    """Write a working environment to edit: tools, tasks (JSONL), a reward plugin, a config and tests."""
+    folder = new_env(name, into)
+    console.print(f"wrote {folder}/: tools.py, tasks.jsonl, rewards.py, config.toml, tests, README.md", markup=False)
+    console.print(f"next: grpolab check --config {folder / 'config.toml'} --model tiny", markup=False)
 
 
 @app.command()
