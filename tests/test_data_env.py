@@ -4,6 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grpolab.config import DATA_VERIFIERS, DataEnvConfig, load_config
 from grpolab.envs import Evidence, Task, env_for, get_env
@@ -162,6 +164,9 @@ CASES = [
     ("json", {}, {"ok": True}, '{"ok": 1}', False),
     ("json", {}, [1], "no json here", False),
     ("json", {}, [1], "[" * 200 + "]" * 200, False),
+    ("json", {}, [1], "so: [" * 200 + "]" * 200, False),
+    ("json", {}, {"x": 1}, 'so: {"x": NaN}', False),
+    ("json", {}, {"x": 1}, 'so: {"x": 1e400}', False),
 ]
 
 
@@ -171,6 +176,16 @@ def test_verifiers_on_literal_answers(verifier, settings, answer, final, passed)
     task = Task(id="t", prompt="What is it?", answer=str(answer), truth=check.truth(answer), kind="k")
     verdict = check.verify(final, task, Evidence(task.prompt, [], []))
     assert verdict.passed is passed, verdict.reason
+
+
+@given(st.text(alphabet=st.sampled_from('{}[]"x1e.9 -NaInfity`json\n'), max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_built_in_verifiers_never_raise_on_model_text(final):
+    built_in = [("exact", {}, "Paris"), ("numeric", {}, 4), ("regex", {}, "a+"), ("regex", {"pattern": "(x)"}, "x")]
+    for verifier, extra, answer in [*built_in, ("json", {}, {"x": [1]})]:
+        check = check_for(DataEnvConfig(verifier=verifier, **extra))
+        task = Task(id="t", prompt="p", answer=str(answer), truth=check.truth(answer), kind="k")
+        assert isinstance(check.verify(final, task, Evidence("p", [], [])).passed, bool)
 
 
 def test_numeric_does_not_take_a_restated_input_for_the_result():
@@ -271,7 +286,7 @@ def test_every_bad_row_is_counted_and_no_tools_means_no_calls(folder):
 
 def test_files_and_settings_that_cannot_work_are_user_errors(folder):
     (folder / "empty.jsonl").write_text("\n")
-    for files, settings, problem in [
+    for files, section, problem in [
         ([], {}, "env 'data' has no task file"),
         ([str(folder / "empty.jsonl")], {}, "no tasks in"),
         ([str(folder / "missing.jsonl")], {}, "task file not found"),
@@ -281,7 +296,7 @@ def test_files_and_settings_that_cannot_work_are_user_errors(folder):
         ([str(folder / "tasks.jsonl")], {"verifier": "no_such_module:f"}, "verifier module 'no_such_module'"),
     ]:
         with pytest.raises(UserError, match=problem):
-            DataEnv(files, DataEnvConfig(**settings))
+            DataEnv(files, DataEnvConfig(**section))
     only_train = [{**r, "split": "train"} for r in ROWS]
     with pytest.raises(UserError, match=r'no heldout tasks in .*mark some rows "split": "heldout"'):
         data_env(folder, only_train, verifier="numeric")

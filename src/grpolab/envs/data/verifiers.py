@@ -144,18 +144,13 @@ def parse_json_answer(text: str) -> Any:
         except ValueError:
             pass
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
-    if starts:
+    if starts and not too_deep(text[min(starts) :]):
         try:
-            value, _ = json.JSONDecoder(parse_constant=_no_constant).raw_decode(text, min(starts))
-            if not too_deep(json.dumps(value)):
-                return value
+            value, _ = json.JSONDecoder().raw_decode(text, min(starts))
+            return _finite_json(json.dumps(value))  # NaN, Infinity and 1e400 are refused as in a whole answer
         except (ValueError, RecursionError):
             pass
     raise ValueError("no JSON value in the final answer")
-
-
-def _no_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not a finite number")
 
 
 def _finite_json(text: str) -> Any:
