@@ -136,6 +136,9 @@ def test_a_saved_dataset_and_its_splits(folder):
     ).save_to_disk(str(folder / "saved"))
     env = DataEnv([str(folder / "saved")], DataEnvConfig(verifier="numeric"))
     assert [t.answer for t in env.tasks("train")] == ["4"] and [t.answer for t in env.tasks("heldout")] == ["2"]
+    (folder / "rows.csv").write_text("prompt,answer,split\nWhat is one?,1,train\nWhat is two?,2,heldout\n")
+    env = DataEnv([str(folder / "rows.csv")], DataEnvConfig(verifier="numeric"))
+    assert [(t.id, t.truth) for t in env.all_tasks().values()] == [("rows-1", 1.0), ("rows-2", 2.0)]
     datasets.Dataset.from_list([{"prompt": "x", "answer": "1", "color": "red"}]).save_to_disk(str(folder / "extra"))
     with pytest.raises(UserError, match=r"extra row 1: unknown field 'color'"):
         DataEnv([str(folder / "extra")], DataEnvConfig())

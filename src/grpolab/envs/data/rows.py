@@ -124,12 +124,17 @@ def _load_file(path: Path, fix: str) -> Any:
     read_user_file(path, "task file", MAX_DATA_BYTES, fix, errors="replace")  # a regular file within the limit
     datasets = _datasets(fix)
     builder = path.suffix.lstrip(".")
+    bars_were_off = datasets.utils.are_progress_bars_disabled()
+    datasets.utils.disable_progress_bars()  # a bar per file would interleave with the command's own output
     try:
         with tempfile.TemporaryDirectory(prefix="grpolab-dataset-") as cache:  # nothing left in the user's cache
             data = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache)
             return data.to_list()
     except Exception as exc:  # a malformed file raises whatever its reader raises
         raise UserError(f"cannot read task file {path} ({type(exc).__name__}: {exc})", fix) from None
+    finally:
+        if not bars_were_off:
+            datasets.utils.enable_progress_bars()
 
 
 def _datasets(fix: str) -> Any:
@@ -158,7 +163,8 @@ def _dataset_rows(path: Path, data: Any, fix: str) -> list[Row]:
                 )
         label = f"{path} split {split_name}" if split_name else str(path)
         for n, values in enumerate(part, 1):
-            rows.append(Row(f"{label} row {n}", values, f"{path.stem}-{split_name or 'rows'}-{n}", source_split))
+            default_id = f"{path.stem}-{split_name}-{n}" if split_name else f"{path.stem}-{n}"
+            rows.append(Row(f"{label} row {n}", values, default_id, source_split))
     return rows
 
 
