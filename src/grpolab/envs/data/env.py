@@ -107,13 +107,13 @@ class DataEnv(Environment):
         if problems:
             more = f" (and {len(problems) - 1} more bad rows)" if len(problems) > 1 else ""
             raise UserError(problems[0] + more, ROW_FIX)
-        for split, other in (("train", "heldout"), ("heldout", "train")):
-            if not out[split]:  # type: ignore[index]
-                raise UserError(
-                    f"no {split} tasks in {shown} ({len(out[other])} {other}: rows without a split are held out "  # type: ignore[index]
-                    f"by a hash of their prompt, about {self.settings.heldout_fraction:.0%} of them)",
-                    f'mark some rows "split": "{split}"',
-                )
+        for split in (s for s in SPLITS if not out[s]):
+            other: Split = "heldout" if split == "train" else "train"
+            raise UserError(
+                f"no {split} tasks in {shown} ({len(out[other])} {other}: rows without a split are held out "
+                f"by a hash of their prompt, about {self.settings.heldout_fraction:.0%} of them)",
+                f'mark some rows "split": "{split}"',
+            )
         return out
 
     def _task(self, row: Row, parsed: TaskRow, ids: dict[str, str]) -> tuple[Task, Split] | str:
