@@ -37,7 +37,7 @@ ROWS = [
         "split": "train",
         "kind": "sum",
         "reference_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}],
-        "reference_answer": "The sum is 5.",
+        "reference_answer": "5",  # a longer one loses to the bare answer by its length penalty: `check` says so
     },
     {
         "id": "sum-2",
@@ -110,9 +110,9 @@ def test_the_sft_warm_start_trains_on_the_policys_text_of_a_data_task(folder, to
 
     env = env_for(load_config(folder / "config.toml"))
     _, ids, mask = reference_tokens(tokenizer, env, env.task("sum-1"))
-    learnt = tokenizer.decode([t for t, m in zip(ids, mask) if m == 1])
+    learnt = tokenizer.decode([t for t, m in zip(ids, mask) if m == 1], skip_special_tokens=True)
     given = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0])
-    assert '"name": "add"' in learnt and "The sum is 5." in learnt
+    assert '"name": "add"' in learnt and learnt.endswith("</tool_call>5") and "thought>I will call add" in learnt
     assert '{"result": 5}' in given and "add" not in given  # the tool's response is the environment's
 
 
@@ -348,9 +348,9 @@ def test_check_and_two_train_steps_on_the_tiny_model(cli, folder):
     top, _, section = user.partition("[data_env]")
     config.write_text(top + tiny_toml() + "\n[data_env]" + section)
     code, out, err = cli("check", "--config", str(config), "--prompts", "1", "--group-size", "2", "--json")
-    assert code in (0, 1), err  # 1: a probe matched honest work under the default weights, not a failure to run
     report = json.loads(out)
-    assert report["env"] == "data" and report["model"] == "tiny" and report["probes"]
+    assert code == 0 and report["gameable"] == [], err  # no probe matches the honest reference solutions
+    assert report["env"] == "data" and report["model"] == "tiny" and len(report["probes"]) >= 10
     run = folder / "run"
     code, _, err = cli(
         "train", "--config", str(config), "--steps", "2", "--sft-steps", "1", "--out", str(run), "--quiet"
