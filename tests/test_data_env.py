@@ -289,6 +289,7 @@ def test_every_bad_row_is_counted_and_no_tools_means_no_calls(folder):
 
 def test_files_and_settings_that_cannot_work_are_user_errors(folder):
     (folder / "empty.jsonl").write_text("\n")
+    (folder / "imports.py").write_text("import no_such_dep\n")
     for files, section, problem in [
         ([], {}, "env 'data' has no task file"),
         ([str(folder / "empty.jsonl")], {}, "no tasks in"),
@@ -297,6 +298,7 @@ def test_files_and_settings_that_cannot_work_are_user_errors(folder):
         ([str(folder / "tasks.jsonl")], {"tools": "no_such_tools_module"}, "not found on the Python path"),
         ([str(folder / "tasks.jsonl")], {"tools": str(folder / "nope.py")}, "tools module .*nope.py not found"),
         ([str(folder / "tasks.jsonl")], {"verifier": "no_such_module:f"}, "verifier module 'no_such_module'"),
+        ([str(folder / "tasks.jsonl")], {"tools": str(folder / "imports.py")}, "No module named 'no_such_dep'"),
     ]:
         with pytest.raises(UserError, match=problem):
             DataEnv(files, DataEnvConfig(**section))

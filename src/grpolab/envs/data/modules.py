@@ -45,7 +45,7 @@ def load_module(spec: str, what: str) -> ModuleType:
     try:
         return importlib.import_module(spec)
     except ModuleNotFoundError as exc:
-        if exc.name and spec.startswith(exc.name):
+        if exc.name is not None and (spec == exc.name or spec.startswith(exc.name + ".")):  # not what it imports
             raise UserError(
                 f"{what} {spec!r} not found on the Python path",
                 "give the path of its .py file instead, or add its folder to PYTHONPATH",
