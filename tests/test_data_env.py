@@ -344,23 +344,24 @@ def tiny_toml() -> str:
     return "\n".join(("" if not name else f"[{name}]\n") + "\n".join(lines) for name, lines in sections.items())
 
 
-def test_check_and_two_train_steps_on_the_tiny_model(cli, folder):
+def test_check_and_two_train_steps_on_the_tiny_model(cli, folder, monkeypatch, tmp_path_factory):
     config = folder / "config.toml"
-    user = config.read_text()
-    top, _, section = user.partition("[data_env]")
+    top, _, section = config.read_text().partition("[data_env]")
     config.write_text(top + tiny_toml() + "\n[data_env]" + section)
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))  # the config's relative paths start at its folder
     code, out, err = cli("check", "--config", str(config), "--prompts", "1", "--group-size", "2", "--json")
     report = json.loads(out)
     assert code == 0 and report["gameable"] == [], err  # no probe matches the honest reference solutions
     assert report["env"] == "data" and report["model"] == "tiny" and len(report["probes"]) >= 10
     run = folder / "run"
-    code, _, err = cli(
-        "train", "--config", str(config), "--steps", "2", "--sft-steps", "1", "--out", str(run), "--quiet"
-    )
+    argv = ("train", "--config", str(config), "--steps", "2", "--sft-steps", "1", "--out", str(run), "--quiet")
+    code, _, err = cli(*argv)
     assert code == 0, err
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "heldout/success" in rows[-1]
     recorded = json.loads((run / "config.json").read_text())
-    assert recorded["data"] == [str(folder / "tasks.jsonl")] and recorded["data_env"]["tools"] == str(
-        folder / "tools.py"
-    )
+    assert recorded["data"] == [str(folder / "tasks.jsonl")]
+    assert recorded["data_env"]["tools"] == str(folder / "tools.py")
+    monkeypatch.chdir(tmp_path_factory.mktemp("later"))  # the run's own config finds its files from anywhere
+    code, out, err = cli("eval", "--run", str(run), "--limit", "1", "--json")
+    assert code == 0 and json.loads(out)["env"] == "data", err
