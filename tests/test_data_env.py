@@ -279,6 +279,17 @@ def test_a_bad_row_names_its_file_line_and_field(folder, line, problem):
     assert str(folder / "more.jsonl") in str(info.value) and info.value.exit_code == 2
 
 
+def test_a_pattern_answer_needs_a_reference_answer_that_it_matches(folder):
+    rows = [{"prompt": "Legs of a cat?", "answer": r"\b(4|four)\b", "split": s} for s in ("train", "heldout")]
+    rows[1]["prompt"] = "Legs of a dog?"
+    with pytest.raises(UserError, match=r"line 1: field 'reference_answer': required when the answer is a pattern"):
+        data_env(folder, rows, tools="", verifier="regex")
+    with pytest.raises(UserError, match=r"line 1: field 'reference_answer': 'Three.' fails verifier regex"):
+        data_env(folder, [{**r, "reference_answer": "Three."} for r in rows], tools="", verifier="regex")
+    env = data_env(folder, [{**r, "reference_answer": "It has four."} for r in rows], tools="", verifier="regex")
+    assert env.tasks("train")[0].reference_answer == "It has four."
+
+
 def test_every_bad_row_is_counted_and_no_tools_means_no_calls(folder):
     rows = [ROWS[0], '{"answer": 1}', '{"prompt": "p"}', ROWS[3]]
     with pytest.raises(UserError, match=r"line 2: field 'prompt'.*\(and 1 more bad rows\)"):

@@ -139,6 +139,8 @@ class DataEnv(Environment):
             truth = self.check.truth(parsed.answer)
         except ValueError as exc:
             return f"{where}: field 'answer': {exc}"
+        if parsed.reference_answer is None and not self.check.answer_is_reference:
+            return f"{where}: field 'reference_answer': required when the answer is a pattern (give one it matches)"
         answer = parsed.answer if isinstance(parsed.answer, str) else json.dumps(parsed.answer)
         task = Task(
             id=task_id,

@@ -40,6 +40,8 @@ class AnswerCheck:
     verify: Callable[[str, Task, Evidence], Verdict]
     user_code: bool = False
     """A user's function: not run on the reference answers when the rows load (it may need real tool output)."""
+    answer_is_reference: bool = True
+    """The answer as written passes as a final answer (a pattern need not): rows may leave reference_answer out."""
 
 
 def normalise(text: str) -> str:
@@ -130,7 +132,7 @@ def regex(settings: DataEnvConfig) -> AnswerCheck:
             return Verdict(True, f"matches {_shown(task.truth)}")
         return Verdict(False, f"no match of {_shown(task.truth)} in {_shown(final.strip())}")
 
-    return AnswerCheck(truth, verify)
+    return AnswerCheck(truth, verify, answer_is_reference=False)
 
 
 def parse_json_answer(text: str) -> Any:
