@@ -13,15 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grpolab.config import DataEnvConfig
 from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
 from grpolab.envs.data.modules import tools_from_module
 from grpolab.envs.data.rows import ROW_FIX, Row, TaskRow, parse_row, read_rows
 from grpolab.envs.data.verifiers import AnswerCheck, check_for
 from grpolab.errors import UserError
 from grpolab.tools import ToolBox
+
+if TYPE_CHECKING:  # the config stands above the environments (it reads the reward table, which reads them)
+    from grpolab.config import DataEnvConfig
 
 NO_FILES_FIX = "name your JSONL file or saved dataset in the config's `data = [...]` or --data (docs/data-env.md)"
 _ENDINGS = {
@@ -53,12 +55,12 @@ class DataEnv(Environment):
     name = "data"
     description = "Your tasks from a JSONL file or a saved dataset, your typed tools, a verifier by name"
 
-    def __init__(
-        self, files: list[str] | None, settings: DataEnvConfig | None = None, task_kinds: list[str] | None = None
-    ):
+    def __init__(self, files: list[str] | None, settings: DataEnvConfig | None, task_kinds: list[str] | None = None):
         if not files:
             raise UserError("env 'data' has no task file", NO_FILES_FIX)
-        self.settings = settings or DataEnvConfig()
+        if settings is None:
+            raise UserError("env 'data' has no [data_env] settings", "build it with grpolab.envs.env_for(config)")
+        self.settings = settings
         self.toolbox = ToolBox(tools_from_module(self.settings.tools) if self.settings.tools else [])
         self.check: AnswerCheck = check_for(self.settings)
         self.thought_required = self.settings.thought_required

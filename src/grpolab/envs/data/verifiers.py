@@ -20,13 +20,15 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grpolab.config import DataEnvConfig
 from grpolab.envs.base import Evidence, Task, Verdict
 from grpolab.envs.data.modules import load_function
 from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers, numbers_in
 from grpolab.files import MAX_NESTING, NotFinite, loads_finite, too_deep
+
+if TYPE_CHECKING:  # the config stands above the environments (it reads the reward table, which reads them)
+    from grpolab.config import DataEnvConfig
 
 _SHOWN = 80
 """Characters of a final answer quoted in a verdict's reason."""
