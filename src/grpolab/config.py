@@ -8,11 +8,12 @@ defined twice: the CLI, the trainer, the simulator and the exporter all read `La
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grpolab.errors import UserError
 from grpolab.rewards.components import (
@@ -192,6 +193,54 @@ class WatchConfig(_Section):
     """Stop training (after checkpointing) when an alarm fires."""
 
 
+DATA_VERIFIERS = ("exact", "numeric", "regex", "json")
+"""The built-in verifiers of env `data` by name (`grpolab.envs.data.verifiers` implements them)."""
+
+
+class DataEnvConfig(_Section):
+    tools: str = ""
+    """Env data's tools: a module of typed functions, as a .py path (from the config's folder) or an import name."""
+    verifier: str = "exact"
+    """How env data checks a final answer: exact, numeric, regex, json, or module:function (your own verifier)."""
+    tolerance: float | None = Field(None, ge=0)
+    """numeric verifier: the largest |answer - truth| that passes (unset: equal when rounded to two decimals)."""
+    pattern: str = ""
+    """regex verifier: pattern whose match (or first group) must equal each answer; unset: each answer is a pattern."""
+    instructions: str = ""
+    """Env data's task instructions in the system prompt (unset: a default that fits its tools and verifier)."""
+    thought_required: bool = True
+    """Env data asks every turn to open with a <thought> block, and the format reward checks that it does."""
+    heldout_fraction: float = Field(0.2, gt=0, lt=1)
+    """Share of env data's rows without a split that are held out, chosen by a stable hash of each prompt."""
+
+    @field_validator("verifier")
+    @classmethod
+    def _known_verifier(cls, verifier: str) -> str:
+        module, _, function = verifier.rpartition(":")
+        if verifier not in DATA_VERIFIERS and not (module and function.isidentifier()):
+            raise ValueError(
+                f"unknown verifier {verifier!r}; use one of {', '.join(DATA_VERIFIERS)}, or module:function"
+            )
+        return verifier
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        return pattern
+
+    @model_validator(mode="after")
+    def _settings_of_the_verifier(self) -> DataEnvConfig:
+        if self.pattern and self.verifier != "regex":
+            raise ValueError(f"pattern is read by verifier = 'regex' only, not {self.verifier!r}")
+        if self.tolerance is not None and self.verifier != "numeric":
+            raise ValueError(f"tolerance is read by verifier = 'numeric' only, not {self.verifier!r}")
+        return self
+
+
 class LabConfig(_Section):
     env: str = "finance"
     """Environment name (`grpolab envs` lists them)."""
@@ -205,7 +254,8 @@ class LabConfig(_Section):
     """Put a worked example transcript in the system prompt (about +300 prompt tokens, which every rollout and
     update pays for; the SFT warm start teaches the protocol more cheaply)."""
     data: list[str] = Field(default_factory=list)
-    """Data files for environments that read them (bfcl)."""
+    """Data files for environments that read them (bfcl; data: JSONL task files or saved datasets)."""
+    data_env: DataEnvConfig = Field(default_factory=DataEnvConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
@@ -281,7 +331,7 @@ def load_config(
     source = "config"
     if path is not None:
         source = str(path)
-        data = _read_toml(path)
+        data = paths_from_folder(_read_toml(path), Path(path).parent)
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -296,6 +346,37 @@ def load_config(
         return LabConfig.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc, source) from None
+
+
+def paths_from_folder(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A config file's own relative paths (`data`, `data_env.tools` and a verifier's module, where given as a .py
+    path) made absolute from the file's folder, so that a config works from any working directory and the run's
+    recorded config.json does too. Values of the wrong type are left for validation to name."""
+    folder = folder.absolute()
+
+    def located(value: Any) -> Any:
+        return str(folder / value) if isinstance(value, str) and value and not Path(value).is_absolute() else value
+
+    if isinstance(data.get("data"), list):
+        data = {**data, "data": [located(v) for v in data["data"]]}
+    section = data.get("data_env")
+    if isinstance(section, dict):
+        section = dict(section)
+        tools = section.get("tools")
+        if isinstance(tools, str) and _is_path(tools):
+            section["tools"] = located(tools)
+        verifier = section.get("verifier")
+        if isinstance(verifier, str) and ":" in verifier:
+            module, _, function = verifier.rpartition(":")
+            if _is_path(module):
+                section["verifier"] = f"{located(module)}:{function}"
+        data = {**data, "data_env": section}
+    return data
+
+
+def _is_path(module: str) -> bool:
+    """A module named by its file ("tools.py", "lib/tools.py") rather than by its import name ("my_pkg.tools")."""
+    return module.endswith(".py") or "/" in module
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:

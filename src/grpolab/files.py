@@ -557,6 +557,11 @@ def read_user_jsonl(path: str | Path, what: str, limit: int, fix: str) -> list[A
     """The values of a JSON Lines file the user named, within every limit: `read_user_file`'s (a regular file of
     at most `limit` bytes), each line nested at most MAX_NESTING deep (checked before parsing) and holding finite
     numbers only. A line beyond a limit, or not JSON, is a UserError naming the file and the line."""
+    return [value for _, value in read_user_jsonl_lines(path, what, limit, fix)]
+
+
+def read_user_jsonl_lines(path: str | Path, what: str, limit: int, fix: str) -> list[tuple[int, Any]]:
+    """As `read_user_jsonl`, each value with its line number (from 1; blank lines hold none)."""
     from grpolab.errors import UserError
 
     values = []
@@ -566,7 +571,7 @@ def read_user_jsonl(path: str | Path, what: str, limit: int, fix: str) -> list[A
         where = f"{what} {path} line {number}"
         check_nesting(line, where, fix)
         try:
-            values.append(loads_finite(line))
+            values.append((number, loads_finite(line)))
         except NotFinite as exc:
             raise UserError(f"{where}: {exc}", fix) from None
         except (ValueError, RecursionError) as exc:

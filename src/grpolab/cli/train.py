@@ -105,7 +105,7 @@ def eval_(
     split: Annotated[str, typer.Option("--split", help="train, heldout or all.")] = "heldout",
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Tasks to evaluate.")] = None,
     data: Annotated[
-        list[Path] | None, typer.Option("--data", help="Data file(s) for envs that read them (bfcl).")
+        list[Path] | None, typer.Option("--data", help="Data file(s) for envs that read them (bfcl, data).")
     ] = None,
     category: Annotated[
         list[str] | None,

@@ -15,7 +15,7 @@ from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdic
 from grpolab.errors import UserError
 
 if TYPE_CHECKING:
-    from grpolab.config import LabConfig
+    from grpolab.config import DataEnvConfig, LabConfig
 
 __all__ = ["SPLITS", "Environment", "Evidence", "Split", "Task", "Verdict", "env_for", "env_names", "get_env"]
 
@@ -44,6 +44,12 @@ def _bfcl(data: list[str] | None = None, task_kinds: list[str] | None = None) ->
     return BFCLEnv(data, task_kinds)  # reads only the requested categories, and validates their names
 
 
+def _data(data: list[str] | None = None, settings: DataEnvConfig | None = None) -> Environment:
+    from grpolab.envs.data import DataEnv
+
+    return DataEnv(data, settings)  # every row is read and checked now: a bad one fails before any model loads
+
+
 def _capitals() -> Environment:
     from grpolab.envs.capitals import CapitalsEnv
 
@@ -63,6 +69,7 @@ BUILTIN: dict[str, Callable[[], Environment]] = {
     "bfcl": _bfcl,
     "code": _code,
     "capitals": _capitals,
+    "data": _data,
 }
 
 
@@ -71,11 +78,17 @@ def env_names() -> list[str]:
 
 
 def get_env(
-    name: str, task_kinds: list[str] | None = None, prompt_example: bool = True, data: list[str] | None = None
+    name: str,
+    task_kinds: list[str] | None = None,
+    prompt_example: bool = True,
+    data: list[str] | None = None,
+    data_env: DataEnvConfig | None = None,
 ) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
     if name == "bfcl":
         env = _bfcl(data, task_kinds)  # its files are read within grpolab.files' limits
+    elif name == "data":
+        env = _data(data, data_env)  # its task files, tools module and verifier come from the config
     elif name in BUILTIN:
         env = BUILTIN[name]()
     elif ":" in name:
@@ -123,5 +136,5 @@ def _build(name: str, factory: object) -> Environment:
 
 
 def env_for(cfg: LabConfig) -> Environment:
-    """The environment a config describes (name, task kinds, prompt example, data files)."""
-    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)
+    """The environment a config describes (name, task kinds, prompt example, data files, env data's settings)."""
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None, cfg.data_env)
