@@ -12,9 +12,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grpolab.errors import UserError
+from grpolab.plugins import import_plugins, resolve_plugins
 from grpolab.rewards.components import (
     COMPONENTS,
     DEFAULT_LENGTH_UNIT,
@@ -191,6 +192,8 @@ class WatchConfig(_Section):
 
 
 class LabConfig(_Section):
+    plugins: list[str] = Field(default_factory=list)
+    """Modules imported before the config is read (your rewards, environments): names or .py paths (grpolab.plugins)."""
     env: str = "finance"
     """Environment name (`grpolab envs` lists them)."""
     model: str = "smollm2"
@@ -210,6 +213,15 @@ class LabConfig(_Section):
     lora: LoraConfig = Field(default_factory=LoraConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_plugins(cls, data: Any) -> Any:
+        # before any field is validated: a config.json read back imports its run's plugins (grpolab.plugins)
+        plugins = data.get("plugins") if isinstance(data, dict) else None
+        if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
+            import_plugins(plugins)
+        return data
 
 
 def field_doc(dotted: str) -> str:
@@ -267,19 +279,28 @@ def as_recorded(data: Any) -> Any:
 
 
 def load_config(
-    path: str | Path | None = None, overrides: dict[str, Any] | None = None, base: LabConfig | None = None
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    base: LabConfig | None = None,
+    plugins: list[str] | None = None,
 ) -> LabConfig:
-    """Read a TOML config (or `base`, or the defaults), apply dotted-key overrides, validate.
+    """Read a TOML config (or `base`, or the defaults), apply dotted-key overrides, import the plugins, validate.
 
     `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
-    that were not given leave the file's values alone. The file is read within `files.MAX_CONFIG_BYTES` and
-    `files.MAX_NESTING`; anything wrong is a UserError naming the field.
+    that were not given leave the file's values alone. The file's `plugins` are resolved from its folder, then
+    `plugins` (`--plugin`) from the working directory are added (`grpolab.plugins.resolve_plugins`). The file is
+    read within `files.MAX_CONFIG_BYTES` and `files.MAX_NESTING`; anything wrong is a UserError naming the field.
     """
     data: dict[str, Any] = base.model_dump(mode="json") if base is not None else {}
     source = "config"
     if path is not None:
         source = str(path)
         data = _read_toml(path)
+        listed = data.get("plugins")
+        if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
+            data["plugins"] = resolve_plugins(listed, Path(path).resolve().parent)
+    if plugins:
+        data["plugins"] = list(dict.fromkeys([*data.get("plugins", []), *resolve_plugins(plugins, Path.cwd())]))
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from grpolab.config import LabConfig, field_doc, load_config, parse_weights
 from grpolab.errors import UserError
+from grpolab.plugins import import_plugins, resolve_plugins
 from grpolab.rewards.components import default_weights, letter, standard_names
 
 # markup and emoji codes are off: what commands print is mostly model, user and data text (prompts, paths, task ids,
@@ -34,6 +35,14 @@ WeightsOpt = Annotated[
     str | None, typer.Option("--weights", help=f"Reward weights {_LETTERS} (reward.weights), e.g. {_DEFAULTS}.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+PluginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--plugin",
+        metavar="MOD",
+        help="Import this module or .py file first (your rewards, environments); repeatable; a run records it.",
+    ),
+]
 
 
 def finite(value: float | None) -> float | None:
@@ -63,14 +72,22 @@ def resolve_config(
     seed: int | None = None,
     weights: str | None = None,
     base: LabConfig | None = None,
+    plugins: list[str] | None = None,
     **dotted: Any,
 ) -> LabConfig:
-    """File values (or `base`'s), then CLI overrides; only options the user gave override (None: not given)."""
+    """File values (or `base`'s), then CLI overrides; only options the user gave override (None: not given).
+    `plugins` (`--plugin`) are imported before the config is validated and recorded in it."""
     overrides: dict[str, Any] = {"env": env, "model": model, "seed": seed}
     if weights is not None:
         overrides["reward.weights"] = parse_weights(weights)
     overrides.update({k.replace("__", "."): v for k, v in dotted.items()})
-    return load_config(config, overrides, base)
+    return load_config(config, overrides, base, plugins)
+
+
+def load_plugin_options(plugins: list[str] | None) -> None:
+    """Import `--plugin` modules for a command that reads a run (whose own plugins its config.json names)."""
+    if plugins:
+        import_plugins(resolve_plugins(plugins, Path.cwd()))
 
 
 @contextmanager
