@@ -141,3 +141,158 @@ def test_an_env_without_a_verifier_is_refused(cli, tmp_path):
     )
     code, _, err = cli("tasks", "--plugin", str(tmp_path / "noverify_env_q.py"), "--env", "noverify_env_q:NoVerify")
     assert code == 2 and "does not define verify" in err
+
+
+# ---- rewards owned by the environment ----------------------------------------------------------------------------
+
+
+def polite_grpolab(replay, task, env, ctx):
+    """grpolab's shape: one transcript, (value, reason)."""
+    return (1.0 if "please" in replay.generated_text.lower() else 0.0), "checked"
+
+
+def polite_trl(prompts, completions, **kwargs):
+    """TRL's shape: batched, a float (or None) per completion; a task kind it does not apply to gets None."""
+    return [None if kind == "skip" else float("please" in c.lower()) for c, kind in zip(completions, kwargs["kind"])]
+
+
+def polite_env(fn, name: str = "polite"):
+    from grpolab.envs import get_env
+
+    env = get_env("finance")
+    env.rubric.add(name, fn, letter="P", weight=0.5)
+    return env
+
+
+def test_an_env_owns_its_components_and_other_envs_do_not_see_them():
+    from grpolab.envs import get_env
+
+    env = polite_env(polite_grpolab)
+    assert "polite" in env.rubric and "polite" not in get_env("finance").rubric
+    assert env.rubric["polite"].shape == "grpolab" and env.rubric.default_weights()["polite"] == 0.5
+
+
+def test_a_trl_style_reward_gives_the_same_breakdown_as_the_grpolab_style_one():
+    from grpolab.rewards.score import score_transcripts
+
+    ours, theirs = polite_env(polite_grpolab), polite_env(polite_trl)
+    assert theirs.rubric["polite"].shape == "trl"
+    tasks = ours.tasks("train")[:3]
+    texts = [
+        ours.reference_transcript(tasks[0]),
+        "<thought>I will ask politely please</thought>Please: 12.5",
+        "no tags at all",
+    ]
+    items = [(t, x, 10) for t, x in zip(tasks, texts)]
+    a = score_transcripts(ours, items, length_unit=100)
+    b = score_transcripts(theirs, items, length_unit=100)
+    assert [s.breakdown for s in a] == [s.breakdown for s in b]
+    assert [s.components["polite"] for s in b] == [0.0, 1.0, 0.0]
+    assert a[1].breakdown.endswith(" | P:+0.5") and a[0].breakdown.endswith(" | P:+0.0")
+    assert a[1].total == b[1].total
+
+
+def test_a_trl_style_reward_is_called_once_per_batch_with_the_task_columns():
+    from grpolab.rewards.score import score_transcripts
+
+    calls = []
+
+    def spy(prompts, completions, answer, task_id, **kwargs):
+        calls.append((len(completions), answer, task_id, sorted(kwargs)))
+        return [1.0] * len(completions)
+
+    env = polite_env(spy, "spy")
+    tasks = env.tasks("train")[:4]
+    score_transcripts(env, [(t, "x", 1) for t in tasks], length_unit=100)
+    assert len(calls) == 1
+    n, answers, ids, others = calls[0]
+    assert n == 4 and answers == [t.answer for t in tasks] and ids == [t.id for t in tasks]
+    assert {"truth", "kind"} <= set(others)
+
+
+def test_none_from_a_trl_style_reward_is_not_applicable_and_a_bad_return_is_an_error():
+    from grpolab.rewards.score import score_transcripts
+
+    env = polite_env(polite_trl)
+    task = env.tasks("train")[0]
+    task = type(task)(**{**task.__dict__, "kind": "skip"})
+    (s,) = score_transcripts(env, [(task, "please", 1)], length_unit=100)
+    assert s.components["polite"] == 0.0 and "not applicable" in s.reasons["polite"] and not s.errors
+    broken = polite_env(lambda prompts, completions, **kw: [1.0], "broken")  # one value for two completions
+    scores = score_transcripts(broken, [(task, "a", 1), (task, "b", 1)], {"broken": 1.0}, length_unit=100)
+    assert all("broken" in s.errors and s.components["broken"] != s.components["broken"] for s in scores)  # NaN
+
+
+def test_an_unknown_weight_names_the_key_the_known_ones_and_how_to_add_one():
+    from grpolab.envs import env_for
+
+    cfg = load_config(None, {"reward.weights": {"completion": 1.0, "politeness": 1.0}})
+    with pytest.raises(UserError) as info:
+        env_for(cfg)
+    message = str(info.value)
+    assert "'politeness'" in message and "completion" in message and "plugin" in message
+    assert "register_reward" in message and "rubric" in message
+
+
+def test_an_env_components_default_weight_applies_unless_the_config_names_it():
+    from grpolab.envs import check_weights
+
+    env = polite_env(polite_grpolab)
+    cfg = load_config(None, {"reward.weights": {"completion": 1.0}})
+    check_weights(cfg, env)
+    assert cfg.reward.weights == {"completion": 1.0, "polite": 0.5}
+    cfg = load_config(None, {"reward.weights": {"completion": 1.0, "polite": 0.0}})
+    check_weights(cfg, env)
+    assert cfg.reward.weights["polite"] == 0.0
+
+
+def test_register_reward_adds_to_every_env_and_is_removed_again():
+    from grpolab.envs import get_env
+    from grpolab.rewards.components import register_reward, unregister_reward
+
+    env = get_env("arithmetic")
+    register_reward("plugin_wide_q", polite_grpolab)
+    try:
+        assert "plugin_wide_q" in env.rubric and "plugin_wide_q" in get_env("finance").rubric
+    finally:
+        unregister_reward("plugin_wide_q")
+    assert "plugin_wide_q" not in env.rubric
+
+
+def test_a_component_may_not_take_a_built_in_name():
+    with pytest.raises(UserError, match="built in"):
+        polite_env(polite_grpolab, "completion")
+
+
+# ---- --weights name=value ----------------------------------------------------------------------------------------
+
+
+def test_weights_by_name_are_set_over_the_config_weights(cli, tmp_path):
+    code, out, err = cli("config", "--weights", "completion=2,length=0", "--json")
+    assert code == 0, err
+    weights = json.loads(out)["reward"]["weights"]
+    assert weights == {"format": 1.0, "schema": 1.5, "completion": 2.0, "length": 0.0}
+
+
+def test_positional_weights_still_replace_them(cli):
+    code, out, _ = cli("config", "--weights", "0,0,1,0", "--json")
+    assert code == 0 and json.loads(out)["reward"]["weights"] == {
+        "format": 0.0,
+        "schema": 0.0,
+        "completion": 1.0,
+        "length": 0.0,
+    }
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [("completion=x", "not a number"), ("1,completion=2", "mixes"), ("completion=inf", "not finite"), ("1,2", "4")],
+)
+def test_bad_weights_exit_2(cli, text, problem):
+    code, _, err = cli("config", "--weights", text)
+    assert code == 2 and problem in err
+
+
+def test_an_unknown_weight_by_name_is_refused_with_the_fix(cli):
+    code, _, err = cli("config", "--weights", "politeness=1")
+    assert code == 2 and "'politeness'" in err and "plugin" in err

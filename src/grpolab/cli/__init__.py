@@ -61,8 +61,10 @@ def config(
     plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Print the resolved configuration (defaults < TOML file < flags)."""
+    """Print the resolved configuration (defaults < TOML file < flags), its reward weights checked against the
+    environment's rubric."""
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
+    env_for(cfg)  # an unknown reward name is refused here as in every command that builds the environment
     if json:
         print_json(config_to_dict(cfg))
         return

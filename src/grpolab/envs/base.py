@@ -17,6 +17,7 @@ from grpolab.protocol import (
     render_tool_call,
     render_tool_response,
 )
+from grpolab.rewards.rubric import DEFAULT_RUBRIC, Rubric
 from grpolab.tools import ToolBox
 
 Split = Literal["train", "heldout"]
@@ -78,6 +79,15 @@ class Environment:
     """False for environments where the calls are the answer (BFCL): nothing runs, generation goes on to the end."""
     thought_required: bool = True
     """The prompt asks every turn to open with a <thought> block, and the format reward checks that it does."""
+
+    @property
+    def rubric(self) -> Rubric:
+        """The reward components this environment is scored under: the default rubric's (the built-ins and what
+        plugins registered with `register_reward`), then its own, added with `self.rubric.add(name, fn, ...)`."""
+        rubric = self.__dict__.get("_rubric")
+        if rubric is None:
+            rubric = self.__dict__["_rubric"] = Rubric(base=DEFAULT_RUBRIC)
+        return rubric
 
     def isolation(self) -> dict[str, Any] | None:
         """How model-written code is isolated, for environments that run it (None: this one runs none)."""

@@ -15,7 +15,7 @@ from grpolab.report.changes import changes_html, run_changes
 from grpolab.report.charts import svg_chart
 from grpolab.report.html import probe_table
 from grpolab.report.trajectories import trajectory_pair
-from grpolab.rewards.components import letter, standard_names
+from grpolab.rewards.rubric import DEFAULT_RUBRIC
 from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
 from grpolab.rundir.snapshot import drawable, num, section
 from grpolab.trust.behaviour import HACK_CLASSES
@@ -30,6 +30,7 @@ from grpolab.vocabulary import (
     KL_BOUND,
     POLICY_LOSS,
     REWARD_MEAN,
+    REWARD_STD,
     SPECS,
     SUCCESS,
     TOOL_CALL_PROB,
@@ -40,6 +41,9 @@ from grpolab.vocabulary import (
 def message(text: str, kind: str = "info") -> str:
     return f"<div class='lab-msg lab-{kind}'>{html.escape(text)}</div>"
 
+
+NOT_COMPONENTS = frozenset({REWARD_MEAN, REWARD_STD})
+"""`reward/...` metrics that are not a component's weighted mean."""
 
 RunView = RunSnapshot
 """A run directory read defensively (`grpolab.rundir.snapshot`, the same reader as the report's)."""
@@ -81,7 +85,10 @@ def stat_cards(
 ) -> str:
     """Episode reward with breakdown; tool_call_prob against the prior (the base model's, or where a simulation
     starts); kl against its bound; loss, advantage."""
-    parts = " | ".join(f"{letter(n)}:{num(last.get(reward_key(n)))}" for n in standard_names())
+    standard = DEFAULT_RUBRIC.standard_names()
+    others = [k.removeprefix(reward_key("")) for k in last if k.startswith(reward_key("")) and k not in NOT_COMPONENTS]
+    names = [*standard, *(n for n in others if n not in standard)]  # a user's components as the built-ins
+    parts = " | ".join(f"{DEFAULT_RUBRIC.letter(n)}:{num(last.get(reward_key(n)))}" for n in names)
     kl = last.get(KL)
     stable = drawable(kl) and kl <= kl_bound
     prior = f"{prior_name} {base_prior:.0%}" if drawable(base_prior) else f"{prior_name} unknown"

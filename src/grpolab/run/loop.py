@@ -138,10 +138,10 @@ def train(
     experiments varying only GRPO settings share one warm start."""
     notes = backend_notes(cfg)  # before anything is written: a setting the backend cannot honour is refused here
     # claimed for the whole run: a second trainer on `out` gets a UserError naming this process
+    env = env_for(cfg)  # before the run is made: its config.json records the weights checked against the env
     run = RunDir.open_to_resume(out) if resume else RunDir.create(out, cfg)
     try:
         run.clear_stop()  # a stale stop request from an earlier process must not end this one
-        env = env_for(cfg)
         if cfg.train.sft_steps > 0:
             check_sft_mix(env, cfg.train.sft_mix)  # before any model loads
         progress = Progress(cfg, quiet)
