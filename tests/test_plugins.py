@@ -71,9 +71,23 @@ def test_a_run_records_its_plugin_and_every_later_command_loads_it(tmp_path):
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
     evaluated = grpolab("eval", "--run", str(run), "--limit", "1", "--json", cwd=elsewhere)
     assert evaluated.returncode == 0, evaluated.stderr
+    compared = grpolab("compare", "--run", str(run), "--limit", "1", "--json", cwd=elsewhere)
+    assert compared.returncode == 0, compared.stderr
+    assert "polite" in json.loads(compared.stdout)["right"]["episodes"][0]["components"]
     reported = grpolab("report", "--run", str(run), cwd=elsewhere)
     assert reported.returncode == 0, reported.stderr
-    assert (run / "report.html").is_file()
+    assert "reward/polite" in (run / "report.html").read_text()  # its curve, beside the built-ins'
+
+
+def test_export_trl_imports_the_plugin_and_standalone_refuses_it(cli, tmp_path):
+    folder = user_folder(tmp_path, module="trl_export_rewards_q")
+    script = tmp_path / "train_grpo.py"
+    code, _, err = cli("export-trl", "--config", str(folder / "config.toml"), "-o", str(script))
+    assert code == 0, err
+    assert str(folder / "trl_export_rewards_q.py") in script.read_text()  # LAB_CONFIG's plugins: imported first
+    assert "'polite': 0.5" in script.read_text()
+    code, _, err = cli("export-trl", "--config", str(folder / "config.toml"), "-o", str(script), "--standalone")
+    assert code == 2 and "--standalone" in err and "trl_export_rewards_q" in err
 
 
 def test_check_runs_a_config_with_a_plugin_and_scores_under_its_reward(tmp_path):

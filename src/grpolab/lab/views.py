@@ -30,10 +30,10 @@ from grpolab.vocabulary import (
     KL_BOUND,
     POLICY_LOSS,
     REWARD_MEAN,
-    REWARD_STD,
     SPECS,
     SUCCESS,
     TOOL_CALL_PROB,
+    logged_components,
     reward_key,
 )
 
@@ -41,9 +41,6 @@ from grpolab.vocabulary import (
 def message(text: str, kind: str = "info") -> str:
     return f"<div class='lab-msg lab-{kind}'>{html.escape(text)}</div>"
 
-
-NOT_COMPONENTS = frozenset({REWARD_MEAN, REWARD_STD})
-"""`reward/...` metrics that are not a component's weighted mean."""
 
 RunView = RunSnapshot
 """A run directory read defensively (`grpolab.rundir.snapshot`, the same reader as the report's)."""
@@ -85,9 +82,7 @@ def stat_cards(
 ) -> str:
     """Episode reward with breakdown; tool_call_prob against the prior (the base model's, or where a simulation
     starts); kl against its bound; loss, advantage."""
-    standard = DEFAULT_RUBRIC.standard_names()
-    others = [k.removeprefix(reward_key("")) for k in last if k.startswith(reward_key("")) and k not in NOT_COMPONENTS]
-    names = [*standard, *(n for n in others if n not in standard)]  # a user's components as the built-ins
+    names = list(dict.fromkeys([*DEFAULT_RUBRIC.standard_names(), *logged_components([last])]))  # a user's too
     parts = " | ".join(f"{DEFAULT_RUBRIC.letter(n)}:{num(last.get(reward_key(n)))}" for n in names)
     kl = last.get(KL)
     stable = drawable(kl) and kl <= kl_bound
