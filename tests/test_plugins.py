@@ -16,17 +16,17 @@ from grpolab.plugins import import_plugin, resolve_plugins
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 REWARD_PLUGIN = '''
-from grpolab.rewards.components import register_reward
+from grpolab.rewards import register_reward
 
 
-def polite(replay, task, env, ctx):
-    """1 when the model says please."""
-    text = replay.generated_text.lower()
-    return (1.0, "says please") if "please" in text else (0.0, "no please")
+def polite(prompts, completions, **kwargs):
+    """TRL's shape, unchanged: 1 when the model says please."""
+    return [float("please" in c.lower()) for c in completions]
 
 
 register_reward("polite", polite, letter="P")
 '''
+"""A user's reward module, written for TRL (batched), as docs/plugins.md shows it."""
 
 
 def user_folder(tmp_path: Path, module: str = "my_rewards") -> Path:
