@@ -310,3 +310,34 @@ def test_bad_weights_exit_2(cli, text, problem):
 def test_an_unknown_weight_by_name_is_refused_with_the_fix(cli):
     code, _, err = cli("config", "--weights", "politeness=1")
     assert code == 2 and "'politeness'" in err and "plugin" in err
+
+
+# ---- the trust tools on a user's component -----------------------------------------------------------------------
+
+
+def test_drift_watches_a_user_component_by_name():
+    from grpolab.trust.drift import drift_alarms, step_behaviour
+    from grpolab.vocabulary import behaviour_key
+
+    def step(n: int, polite_share: float) -> dict:
+        rows = [
+            {"text": "The answer is 12.", "components": {"completion": 0.0, "polite": float(i < 10 * polite_share)}}
+            for i in range(10)
+        ]
+        return {"step": n, "episodes": 10, "success": 0.0, **step_behaviour(rows)}
+
+    history = [step(1, 0.0), step(2, 0.1), step(3, 0.6), step(4, 0.9), step(5, 1.0)]
+    assert history[-1][behaviour_key("component:polite")] == 1.0
+    assert behaviour_key("component:completion") not in history[-1]  # built-ins are watched through behaviour
+    alarms = drift_alarms(history, window=2, z=1.0, rel=0.5, share=0.3)
+    assert "drift:component:polite" in alarms and "0.05 -> 0.95" in alarms["drift:component:polite"]
+    steady = [step(i, 0.5) for i in range(1, 6)]
+    assert "drift:component:polite" not in drift_alarms(steady, window=2, z=1.0, rel=0.5, share=0.3)
+
+
+def test_attribution_names_a_user_component():
+    from grpolab.trust.attribution import component_changes
+    from grpolab.vocabulary import REWARD_MEAN, reward_key
+
+    rows = [{REWARD_MEAN: 1.0 + s, reward_key("completion"): 1.0, reward_key("polite"): 0.2 * s} for s in range(4)]
+    assert component_changes(rows, 2) == {"completion": 0.0, "polite": pytest.approx(0.4)}

@@ -227,7 +227,8 @@ ATTRIBUTION = _declare(
 BEHAVIOUR_STAT = _declare(
     "behaviour/STAT[/sd|/solved]",
     "a structure statistic of the step's episodes (`trust.behaviour.STATS`: thought words, calls, distinct calls, "
-    "answer words, answer numbers, repeated 3-grams): mean, standard deviation, mean over solved episodes",
+    "answer words, answer numbers, repeated 3-grams; and `component:NAME`, the value of a reward component that is "
+    "not built in): mean, standard deviation, mean over solved episodes",
     "per episode",
     (BEHAVIOUR,),
     family=True,
