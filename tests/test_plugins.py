@@ -341,3 +341,14 @@ def test_attribution_names_a_user_component():
 
     rows = [{REWARD_MEAN: 1.0 + s, reward_key("completion"): 1.0, reward_key("polite"): 0.2 * s} for s in range(4)]
     assert component_changes(rows, 2) == {"completion": 0.0, "polite": pytest.approx(0.4)}
+
+
+def test_the_simulator_measures_its_classes_under_a_user_component():
+    from grpolab.trust.behaviour import CLASSES
+    from grpolab.trust.simulate import class_rewards, measure_profiles
+
+    env = polite_env(polite_trl)  # default weight 0.5: measured though the weights leave it out
+    profiles = measure_profiles(env, lambda text: len(text.split()), 100, n_tasks=2, weights={"completion": 3.0})
+    assert all("polite" in p.components for p in profiles.values())
+    weights = {"completion": 0.0, "polite": 1.0}
+    assert class_rewards(profiles, weights)[:, -1].tolist() == [profiles[c].components["polite"] for c in CLASSES]
