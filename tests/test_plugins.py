@@ -79,7 +79,10 @@ def test_a_run_records_its_plugin_and_every_later_command_loads_it(tmp_path):
     assert "reward/polite" in (run / "report.html").read_text()  # its curve, beside the built-ins'
 
 
-def test_export_trl_imports_the_plugin_and_standalone_refuses_it(cli, tmp_path):
+def test_export_trl_imports_the_plugin_and_standalone_refuses_it(cli, tmp_path, request):
+    from grpolab.rewards import unregister_reward
+
+    request.addfinalizer(lambda: unregister_reward("polite"))  # the plugin registered it in this process
     folder = user_folder(tmp_path, module="trl_export_rewards_q")
     script = tmp_path / "train_grpo.py"
     code, _, err = cli("export-trl", "--config", str(folder / "config.toml"), "-o", str(script))
@@ -180,10 +183,12 @@ def polite_env(fn, name: str = "polite"):
 
 def test_an_env_owns_its_components_and_other_envs_do_not_see_them():
     from grpolab.envs import get_env
+    from grpolab.rewards.rubric import rubric_of
 
     env = polite_env(polite_grpolab)
-    assert "polite" in env.rubric and "polite" not in get_env("finance").rubric
-    assert env.rubric["polite"].shape == "grpolab" and env.rubric.default_weights()["polite"] == 0.5
+    assert "polite" in rubric_of(env) and "polite" not in rubric_of(get_env("finance"))
+    assert rubric_of(env)["polite"].shape == "grpolab" and rubric_of(env).default_weights()["polite"] == 0.5
+    assert "completion" in rubric_of(env) and list(env.rubric) == ["polite"]  # the env holds only its own
 
 
 def test_a_trl_style_reward_gives_the_same_breakdown_as_the_grpolab_style_one():
@@ -239,17 +244,18 @@ def test_none_from_a_trl_style_reward_is_not_applicable_and_a_bad_return_is_an_e
 
 def test_an_unknown_weight_names_the_key_the_known_ones_and_how_to_add_one():
     from grpolab.envs import env_for
+    from grpolab.rewards.rubric import check_weights
 
     cfg = load_config(None, {"reward.weights": {"completion": 1.0, "politeness": 1.0}})
     with pytest.raises(UserError) as info:
-        env_for(cfg)
+        check_weights(cfg, env_for(cfg))
     message = str(info.value)
     assert "'politeness'" in message and "completion" in message and "plugin" in message
     assert "register_reward" in message and "rubric" in message
 
 
 def test_an_env_components_default_weight_applies_unless_the_config_names_it():
-    from grpolab.envs import check_weights
+    from grpolab.rewards.rubric import check_weights
 
     env = polite_env(polite_grpolab)
     cfg = load_config(None, {"reward.weights": {"completion": 1.0}})
@@ -263,19 +269,25 @@ def test_an_env_components_default_weight_applies_unless_the_config_names_it():
 def test_register_reward_adds_to_every_env_and_is_removed_again():
     from grpolab.envs import get_env
     from grpolab.rewards.components import register_reward, unregister_reward
+    from grpolab.rewards.rubric import rubric_of
 
     env = get_env("arithmetic")
     register_reward("plugin_wide_q", polite_grpolab)
     try:
-        assert "plugin_wide_q" in env.rubric and "plugin_wide_q" in get_env("finance").rubric
+        assert "plugin_wide_q" in rubric_of(env) and "plugin_wide_q" in rubric_of(get_env("finance"))
     finally:
         unregister_reward("plugin_wide_q")
-    assert "plugin_wide_q" not in env.rubric
+    assert "plugin_wide_q" not in rubric_of(env)
 
 
 def test_a_component_may_not_take_a_built_in_name():
+    from grpolab.rewards.components import register_reward
+    from grpolab.rewards.rubric import rubric_of
+
     with pytest.raises(UserError, match="built in"):
-        polite_env(polite_grpolab, "completion")
+        rubric_of(polite_env(polite_grpolab, "completion"))
+    with pytest.raises(UserError, match="built in"):
+        register_reward("format", polite_grpolab)
 
 
 # ---- --weights name=value ----------------------------------------------------------------------------------------

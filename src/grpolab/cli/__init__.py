@@ -32,6 +32,7 @@ from grpolab.cli.options import (
 from grpolab.config import config_to_dict
 from grpolab.envs import SPLITS, env_for, env_names, get_env
 from grpolab.errors import UserError
+from grpolab.rewards.rubric import check_weights
 
 app = typer.Typer(
     add_completion=False,
@@ -64,7 +65,7 @@ def config(
     """Print the resolved configuration (defaults < TOML file < flags), its reward weights checked against the
     environment's rubric."""
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
-    env_for(cfg)  # an unknown reward name is refused here as in every command that builds the environment
+    check_weights(cfg, env_for(cfg))  # an unknown reward name is refused here as where it is scored
     if json:
         print_json(config_to_dict(cfg))
         return

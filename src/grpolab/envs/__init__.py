@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
 from grpolab.errors import UserError
-from grpolab.rewards.rubric import rubric_of
 
 if TYPE_CHECKING:
     from grpolab.config import LabConfig
@@ -25,7 +24,6 @@ __all__ = [
     "Split",
     "Task",
     "Verdict",
-    "check_weights",
     "env_for",
     "env_names",
     "get_env",
@@ -150,17 +148,5 @@ def _build(name: str, factory: object) -> Environment:
 
 
 def env_for(cfg: LabConfig) -> Environment:
-    """The environment a config describes (name, task kinds, prompt example, data files), with the config's reward
-    weights checked against its rubric (`check_weights`)."""
-    env = get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)
-    check_weights(cfg, env)
-    return env
-
-
-def check_weights(cfg: LabConfig, env: Environment) -> None:
-    """The config's reward weights against the environment's rubric: an unknown name is a UserError naming it, the
-    known ones and how to add one; a component the config leaves out gets its default weight (0 for the built-ins,
-    a plugin's or the environment's own otherwise), written into `cfg` so that the run's config.json records it."""
-    resolved = rubric_of(env).resolve(cfg.reward.weights, f"reward.weights (env {cfg.env})")
-    if resolved != cfg.reward.weights:
-        cfg.reward.weights = resolved
+    """The environment a config describes (name, task kinds, prompt example, data files)."""
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None)

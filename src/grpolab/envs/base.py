@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from grpolab.envs.rubric import Rubric
 from grpolab.errors import UserError
 from grpolab.protocol import (
     THOUGHT_REQUIRED,
@@ -17,7 +18,6 @@ from grpolab.protocol import (
     render_tool_call,
     render_tool_response,
 )
-from grpolab.rewards.rubric import DEFAULT_RUBRIC, Rubric
 from grpolab.tools import ToolBox
 
 Split = Literal["train", "heldout"]
@@ -82,11 +82,11 @@ class Environment:
 
     @property
     def rubric(self) -> Rubric:
-        """The reward components this environment is scored under: the default rubric's (the built-ins and what
-        plugins registered with `register_reward`), then its own, added with `self.rubric.add(name, fn, ...)`."""
+        """This environment's own reward components, added with `self.rubric.add(name, fn, ...)`; it is scored under
+        them after the built-ins and what plugins registered (`grpolab.rewards.rubric.rubric_of`)."""
         rubric = self.__dict__.get("_rubric")
         if rubric is None:
-            rubric = self.__dict__["_rubric"] = Rubric(base=DEFAULT_RUBRIC)
+            rubric = self.__dict__["_rubric"] = Rubric()
         return rubric
 
     def isolation(self) -> dict[str, Any] | None:

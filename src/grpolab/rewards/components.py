@@ -8,12 +8,12 @@ registered, its own).
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from grpolab.envs.rubric import RewardComponent, Shape, make_component
 from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
 
@@ -51,7 +51,6 @@ PAST_REPLAY_CAP = f"not run: past the replay cap ({MAX_REPLAYED_CALLS} calls per
 
 RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[float, str]]
 """grpolab's shape of a component's function; TRL's is `fn(prompts, completions, **kwargs) -> list[float | None]`."""
-Shape = Literal["grpolab", "trl"]
 
 
 def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
@@ -169,23 +168,6 @@ def lenient_completion_reward(r: Replay, task: Task, env: Environment, ctx: Rewa
     return 0.0, "no number in the final answer matches"
 
 
-@dataclass(frozen=True)
-class RewardComponent:
-    name: str
-    """Config key (`reward.weights.NAME`) and metric name (`reward/NAME`)."""
-    letter: str
-    """Short form in breakdowns (`F:+1.0 | S:+1.5 | ...`) and in `--weights F,S,C,L`."""
-    default_weight: float
-    """Weight in the default configuration."""
-    fn: Callable[..., Any]
-    description: str
-    standard: bool = True
-    """Standard components are always computed and logged (even at weight 0) and set by `--weights F,S,C,L`."""
-    shape: Shape = "grpolab"
-    """grpolab: `fn(replay, task, env, ctx) -> (value, reason)`; trl: `fn(prompts, completions, **kwargs) ->
-    list[float | None]`, batched (`rewards.rubric`)."""
-
-
 # fmt: off
 BUILTIN_COMPONENTS = (
     RewardComponent("format",     "F",  1.0,  format_reward,     "the transcript follows the protocol"),
@@ -204,35 +186,6 @@ BUILTIN_NAMES = frozenset(c.name for c in BUILTIN_COMPONENTS)
 def standard_names() -> list[str]:
     """The built-in standard components in table order: the order of `--weights F,S,C,L`."""
     return [c.name for c in BUILTIN_COMPONENTS if c.standard]
-
-
-def function_shape(fn: object) -> Shape:
-    """`trl` for `fn(prompts, completions, **kwargs)`, `grpolab` for `fn(replay, task, env, ctx)`."""
-    try:
-        params = inspect.signature(fn).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return "grpolab"
-    return "trl" if "completions" in params else "grpolab"
-
-
-def make_component(
-    name: str,
-    fn: Callable[..., Any],
-    letter: str | None = None,
-    weight: float = 0.0,
-    description: str = "",
-    shape: Shape | None = None,
-) -> RewardComponent:
-    """A user's component: `weight` is its default weight, the letter its short form in breakdowns (default: the
-    name); the shape is read from `fn`'s signature unless given. A bad name is a UserError."""
-    if not name.isidentifier():
-        raise UserError(f"reward component name {name!r} is not an identifier", "use letters, digits and _")
-    if name in BUILTIN_NAMES:
-        raise UserError(f"reward component {name!r} is built in", "give your component another name")
-    if not callable(fn):
-        raise UserError(f"reward component {name!r} is a {type(fn).__name__}, not a function", "pass a function")
-    doc = description or " ".join((fn.__doc__ or "").split())
-    return RewardComponent(name, letter or name, float(weight), fn, doc, False, shape or function_shape(fn))
 
 
 _REGISTERED: dict[str, RewardComponent] = {}
@@ -254,6 +207,8 @@ def register_reward(
     """Add a reward component to every environment's rubric (a plugin's reward for the built-in environments); an
     environment adds its own with `self.rubric.add(...)`. Its default weight is `weight` (0: scored only where the
     config weights it)."""
+    if name in BUILTIN_NAMES:
+        raise UserError(f"reward component {name!r} is built in", "give your component another name")
     component = make_component(name, fn, letter, weight, description, shape)
     _REGISTERED[name] = component
     return component

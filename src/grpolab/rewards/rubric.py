@@ -1,115 +1,21 @@
-"""A rubric: the reward components an environment is scored under (verifiers' `Rubric`, owned by the environment).
-
-Every environment's rubric starts from the default one: the built-in components (`components.BUILTIN_COMPONENTS`)
-and those that plugins add for every environment with `register_reward`. An environment adds its own with
-`self.rubric.add(...)`. A component is the single home of its name, short letter, default weight, function and
-description: the config check, the scorer, the simulator, the report, the web lab and the TRL export read it here.
-
-A component's function has one of two shapes, told apart by its signature (or `shape=`):
-- grpolab: `fn(replay, task, env, ctx) -> (value, reason)`, one transcript at a time (`rewards.components`);
-- trl: `fn(prompts, completions, **kwargs) -> list[float | None]`, batched as TRL's `reward_funcs` are; kwargs
-  carry the tasks' fields as TRL passes dataset columns (answer, truth, kind, task_id and the task's meta), one
-  entry per completion; None means "not applicable" and scores 0 with that reason.
-
-Which components a transcript is scored on (`Rubric.scored`): the standard ones (F, S, C, L: logged even at weight
-0), then every other one the weights name (weight 0 logs it without paying for it). Weights the config leaves out
-are 0, except a non-standard component's own default weight, which applies unless the config names it
-(`Rubric.resolve`).
+"""The rubric an environment is scored under: the built-in components, what plugins registered for every
+environment (`register_reward`), then the environment's own (`Environment.rubric`; the `Rubric` class and the two
+function shapes: `grpolab.envs.rubric`). `check_weights` checks a config's weights against it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from grpolab.envs.rubric import RewardComponent, Rubric
 from grpolab.errors import UserError
-from grpolab.rewards.components import (
-    BUILTIN_COMPONENTS,
-    RewardComponent,
-    Shape,
-    make_component,
-    registered_components,
-)
+from grpolab.rewards.components import BUILTIN_COMPONENTS, BUILTIN_NAMES, registered_components
 
 if TYPE_CHECKING:
+    from grpolab.config import LabConfig
     from grpolab.envs.base import Environment
 
-
-class Rubric:
-    """Reward components by name: those of `base` (looked up live), then this rubric's own."""
-
-    def __init__(self, components: tuple[RewardComponent, ...] = (), base: Rubric | None = None):
-        self.base = base
-        self.own: dict[str, RewardComponent] = {c.name: c for c in components}
-
-    @property
-    def components(self) -> dict[str, RewardComponent]:
-        """Every component in table order (the base's, then this rubric's own)."""
-        return {**(self.base.components if self.base is not None else {}), **self.own}
-
-    def add(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        letter: str | None = None,
-        weight: float = 0.0,
-        description: str = "",
-        shape: Shape | None = None,
-    ) -> RewardComponent:
-        """Add a component of this rubric's own (`components.make_component`: default weight, letter, shape)."""
-        component = make_component(name, fn, letter, weight, description, shape)
-        self.own[name] = component
-        return component
-
-    def remove(self, name: str) -> None:
-        """Remove one of this rubric's own components (tests, notebooks)."""
-        self.own.pop(name, None)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.components
-
-    def __getitem__(self, name: str) -> RewardComponent:
-        return self.components[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.components)
-
-    def standard_names(self) -> list[str]:
-        """The standard components in table order: the order of `--weights F,S,C,L` and of every breakdown."""
-        return [c.name for c in self.components.values() if c.standard]
-
-    def default_weights(self) -> dict[str, float]:
-        """The standard components' default weights, and any other component's that is not 0."""
-        return {c.name: c.default_weight for c in self.components.values() if c.standard or c.default_weight}
-
-    def letter(self, name: str) -> str:
-        """`F` for format...; a component without a letter (or unknown here) shows its name."""
-        c = self.components.get(name)
-        return c.letter if c is not None else name
-
-    def letters(self) -> dict[str, str]:
-        return {n: c.letter for n, c in self.components.items()}
-
-    def resolve(self, weights: dict[str, float], where: str = "reward.weights") -> dict[str, float]:
-        """The weights a transcript is scored with: `weights` checked against this rubric (an unknown name is a
-        UserError naming it, the known ones and how to add one), plus the default weight of each non-standard
-        component `weights` leaves out."""
-        components = self.components
-        unknown = [n for n in weights if n not in components]
-        if unknown:
-            raise UserError(
-                f"{where}: unknown reward {unknown[0]!r}; known rewards: {', '.join(components)}",
-                f"fix the name, or add a component called {unknown[0]!r}: a plugin module (plugins = [...] in the "
-                "config, or --plugin) that calls grpolab.rewards.register_reward, or an environment that adds it "
-                "to its rubric (docs/plugins.md)",
-            )
-        defaults = {n: c.default_weight for n, c in components.items() if not c.standard and c.default_weight}
-        return {**weights, **{n: w for n, w in defaults.items() if n not in weights}}
-
-    def scored(self, weights: dict[str, float]) -> list[str]:
-        """The components a transcript is scored on: the standard ones, then the others `weights` names."""
-        standard = self.standard_names()
-        return [*standard, *(n for n in weights if n not in standard)]
+__all__ = ["BUILTIN_RUBRIC", "DEFAULT_RUBRIC", "Rubric", "check_weights", "rubric_of"]
 
 
 BUILTIN_RUBRIC = Rubric(BUILTIN_COMPONENTS)
@@ -129,6 +35,22 @@ DEFAULT_RUBRIC: Rubric = _DefaultRubric()
 
 
 def rubric_of(env: Environment | object) -> Rubric:
-    """The rubric an environment is scored under (the default one for an environment object that has none)."""
-    rubric = getattr(env, "rubric", None)
-    return rubric if isinstance(rubric, Rubric) else DEFAULT_RUBRIC
+    """The rubric an environment is scored under: the default one (built-ins, then what plugins registered), then
+    the environment's own components (`Environment.rubric`). An own component may not take a built-in name."""
+    own = getattr(env, "rubric", None)
+    if not isinstance(own, Rubric) or not own.own:
+        return DEFAULT_RUBRIC
+    clash = sorted(set(own.own) & BUILTIN_NAMES)
+    if clash:
+        raise UserError(f"the environment adds a reward component called {clash[0]!r}, which is built in", "rename it")
+    return Rubric(tuple(own.own.values()), base=DEFAULT_RUBRIC)
+
+
+def check_weights(cfg: LabConfig, env: Environment) -> None:
+    """The config's reward weights against the environment's rubric: an unknown name is a UserError naming it, the
+    known ones and how to add one; a component the config leaves out gets its default weight (0 for the built-ins,
+    a plugin's or the environment's own otherwise), written into `cfg` so that a run's config.json records it.
+    Scoring checks the same (`rewards.score`); commands call this first to refuse before any work."""
+    resolved = rubric_of(env).resolve(cfg.reward.weights, f"reward.weights (env {cfg.env})")
+    if resolved != cfg.reward.weights:
+        cfg.reward.weights = resolved
