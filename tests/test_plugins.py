@@ -364,3 +364,10 @@ def test_the_simulator_measures_its_classes_under_a_user_component():
     assert all("polite" in p.components for p in profiles.values())
     weights = {"completion": 0.0, "polite": 1.0}
     assert class_rewards(profiles, weights)[:, -1].tolist() == [profiles[c].components["polite"] for c in CLASSES]
+
+
+def test_check_and_export_trl_refuse_an_unknown_weight_before_any_work(cli, tmp_path):
+    for argv in (("check", "--model", "tiny"), ("export-trl", "-o", str(tmp_path / "s.py"))):
+        code, _, err = cli(*argv, "--weights", "politeness=1")
+        assert code == 2 and "'politeness'" in err, argv
+    assert not (tmp_path / "s.py").exists()

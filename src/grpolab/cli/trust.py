@@ -58,12 +58,15 @@ def check(
     from grpolab.envs import env_for
     from grpolab.files import output_target, write_output
     from grpolab.models import load_model
+    from grpolab.rewards.rubric import check_weights
     from grpolab.trust.preflight import check as run_check
 
     target = output_target(save, "--save") if save is not None else None  # before minutes of work
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
+    environment = env_for(cfg)
+    check_weights(cfg, environment)  # before the model loads
     policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
-    report = run_check(policy, tokenizer, env_for(cfg), cfg, prompts, group_size)
+    report = run_check(policy, tokenizer, environment, cfg, prompts, group_size)
     if target is not None:
         with writing_to(target.named, "--save"):
             write_output(target, jsonlib.dumps(report, indent=2, default=str) + "\n")

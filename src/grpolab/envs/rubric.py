@@ -43,7 +43,7 @@ class RewardComponent:
     """Standard components are always computed and logged (even at weight 0) and set by `--weights F,S,C,L`."""
     shape: Shape = "grpolab"
     """grpolab: `fn(replay, task, env, ctx) -> (value, reason)`; trl: `fn(prompts, completions, **kwargs) ->
-    list[float | None]`, batched (`rewards.rubric`)."""
+    list[float | None]`, batched (`rewards.score`)."""
 
 
 def function_shape(fn: object) -> Shape:
@@ -69,6 +69,8 @@ def make_component(
         raise UserError(f"reward component name {name!r} is not an identifier", "use letters, digits and _")
     if not callable(fn):
         raise UserError(f"reward component {name!r} is a {type(fn).__name__}, not a function", "pass a function")
+    if shape not in (None, "grpolab", "trl"):
+        raise UserError(f"reward component {name!r}: unknown shape {shape!r}", 'use shape="grpolab" or shape="trl"')
     doc = description or " ".join((fn.__doc__ or "").split())
     return RewardComponent(name, letter or name, float(weight), fn, doc, False, shape or function_shape(fn))
 
@@ -94,7 +96,7 @@ class Rubric:
         description: str = "",
         shape: Shape | None = None,
     ) -> RewardComponent:
-        """Add a component of this rubric's own (`components.make_component`: default weight, letter, shape)."""
+        """Add a component of this rubric's own (`make_component`: default weight, letter, shape)."""
         component = make_component(name, fn, letter, weight, description, shape)
         self.own[name] = component
         return component
