@@ -16,15 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grpolab.errors import UserError
-from grpolab.rewards.components import (
-    COMPONENTS,
-    DEFAULT_LENGTH_UNIT,
-    MAX_REPLAYED_CALLS,
-    THOUGHT_MIN_WORDS,
-    default_weights,
-    letter,
-    standard_names,
-)
+from grpolab.plugins import import_plugins, resolve_plugins
+from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, THOUGHT_MIN_WORDS
+from grpolab.rewards.rubric import BUILTIN_RUBRIC
 
 
 class _Section(BaseModel):
@@ -36,21 +30,13 @@ class _Section(BaseModel):
 
 
 class RewardConfig(_Section):
-    weights: dict[str, float] = Field(default_factory=default_weights)
-    """Weight of each reward component in the episode reward (a weighted sum). Keys are reward names."""
+    weights: dict[str, float] = Field(default_factory=BUILTIN_RUBRIC.default_weights)
+    """Weight of each reward component in the episode reward (a weighted sum). Keys are the env's reward names."""
     length_unit: int = Field(DEFAULT_LENGTH_UNIT, gt=0)
     """The length component counts generated tokens in units of this many (tool output excluded)."""
     thought_min_words: int = Field(THOUGHT_MIN_WORDS, ge=0)
     """The format check pays for an opening thought only if it holds at least this many words; 0 pays any closed
     <thought> block, even an emptied one, which GRPO then learns to empty for the length penalty's sake."""
-
-    @field_validator("weights")
-    @classmethod
-    def _known_rewards(cls, weights: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(weights) - set(COMPONENTS))
-        if unknown:
-            raise ValueError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(COMPONENTS)}")
-        return weights
 
 
 class RolloutConfig(_Section):
@@ -242,6 +228,8 @@ class DataEnvConfig(_Section):
 
 
 class LabConfig(_Section):
+    plugins: list[str] = Field(default_factory=list)
+    """Modules imported before the config is read (your rewards, environments): names or .py paths (grpolab.plugins)."""
     env: str = "finance"
     """Environment name (`grpolab envs` lists them)."""
     model: str = "smollm2"
@@ -263,6 +251,15 @@ class LabConfig(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _import_plugins(cls, data: Any) -> Any:
+        # before any field is validated: a config.json read back imports its run's plugins (grpolab.plugins)
+        plugins = data.get("plugins") if isinstance(data, dict) else None
+        if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
+            import_plugins(plugins)
+        return data
+
 
 def field_doc(dotted: str) -> str:
     """The docstring of a config field ("train.steps"), as written under the field in this file."""
@@ -283,20 +280,41 @@ def _first_error(exc: ValidationError, source: str) -> UserError:
 
 
 def parse_weights(text: str) -> dict[str, float]:
-    """Parse `--weights F,S,C,L` (one number per standard reward component) into a weights dict."""
-    names = standard_names()
-    letters = ",".join(letter(n) for n in names)
-    example = "for example --weights " + ",".join(f"{w:g}" for w in default_weights().values())
+    """Parse `--weights`: `F,S,C,L` (one number per standard component, in that order: they replace the config's
+    weights) or `name=value,...` (those names only, set over the config's weights by `resolve_config`). The names
+    are checked against the environment's rubric where it is built (`envs.check_weights`)."""
+    names = BUILTIN_RUBRIC.standard_names()
+    letters = ",".join(BUILTIN_RUBRIC.letter(n) for n in names)
+    numbers = ",".join(f"{w:g}" for w in BUILTIN_RUBRIC.default_weights().values())
+    example = f"for example --weights {numbers}, or --weights completion=3,polite=0.5"
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != len(names):
-        raise UserError(f"--weights expects {len(names)} comma-separated numbers {letters}, got {text!r}", example)
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        raise UserError(f"--weights has a value that is not a number: {text!r}", example)
-    if not all(math.isfinite(v) for v in values):
-        raise UserError(f"--weights has a value that is not finite: {text!r}", example)
-    return dict(zip(names, values))
+    if weights_by_name(text):
+        if not all("=" in p for p in parts):
+            raise UserError(f"--weights mixes numbers and name=value pairs: {text!r}", example)
+        pairs = [(name.strip(), value) for name, _, value in (p.partition("=") for p in parts)]
+    elif len(parts) != len(names):
+        raise UserError(
+            f"--weights expects {len(names)} comma-separated numbers {letters}, or name=value pairs, got {text!r}",
+            example,
+        )
+    else:
+        pairs = list(zip(names, parts))
+    weights: dict[str, float] = {}
+    for name, value in pairs:
+        if not name.isidentifier():
+            raise UserError(f"--weights: {name!r} is not a reward name", example)
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise UserError(f"--weights has a value that is not a number: {text!r}", example) from None
+        if not math.isfinite(weights[name]):
+            raise UserError(f"--weights has a value that is not finite: {text!r}", example)
+    return weights
+
+
+def weights_by_name(text: str) -> bool:
+    """Whether `--weights` is in the `name=value,...` form (merged over the config's weights)."""
+    return "=" in text
 
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.toml"
@@ -319,19 +337,28 @@ def as_recorded(data: Any) -> Any:
 
 
 def load_config(
-    path: str | Path | None = None, overrides: dict[str, Any] | None = None, base: LabConfig | None = None
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    base: LabConfig | None = None,
+    plugins: list[str] | None = None,
 ) -> LabConfig:
-    """Read a TOML config (or `base`, or the defaults), apply dotted-key overrides, validate.
+    """Read a TOML config (or `base`, or the defaults), apply dotted-key overrides, import the plugins, validate.
 
     `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
-    that were not given leave the file's values alone. The file is read within `files.MAX_CONFIG_BYTES` and
-    `files.MAX_NESTING`; anything wrong is a UserError naming the field.
+    that were not given leave the file's values alone. The file's `plugins` are resolved from its folder, then
+    `plugins` (`--plugin`) from the working directory are added (`grpolab.plugins.resolve_plugins`). The file is
+    read within `files.MAX_CONFIG_BYTES` and `files.MAX_NESTING`; anything wrong is a UserError naming the field.
     """
     data: dict[str, Any] = base.model_dump(mode="json") if base is not None else {}
     source = "config"
     if path is not None:
         source = str(path)
         data = paths_from_folder(_read_toml(path), Path(path).parent)
+        listed = data.get("plugins")
+        if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
+            data["plugins"] = resolve_plugins(listed, Path(path).resolve().parent)
+    if plugins:
+        data["plugins"] = list(dict.fromkeys([*data.get("plugins", []), *resolve_plugins(plugins, Path.cwd())]))
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

@@ -12,6 +12,7 @@ and `heldout/n/KIND` (`heldout_of_kind`), `perf/PHASE_s` and `perf/PHASE_KEY` (`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,7 +227,8 @@ ATTRIBUTION = _declare(
 BEHAVIOUR_STAT = _declare(
     "behaviour/STAT[/sd|/solved]",
     "a structure statistic of the step's episodes (`trust.behaviour.STATS`: thought words, calls, distinct calls, "
-    "answer words, answer numbers, repeated 3-grams): mean, standard deviation, mean over solved episodes",
+    "answer words, answer numbers, repeated 3-grams; and `component:NAME`, the value of a reward component that is "
+    "not built in): mean, standard deviation, mean over solved episodes",
     "per episode",
     (BEHAVIOUR,),
     family=True,
@@ -257,6 +259,14 @@ HELDOUT_PREFIX = "heldout/"
 def reward_key(name: str) -> str:
     """`reward/format` for the format component: the metric name of a weighted component mean."""
     return REWARD_COMPONENT.replace("NAME", name)
+
+
+def logged_components(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The reward components metric rows carry (`reward/NAME`; mean and std are not components), in order of first
+    appearance: a user's components are named as the built-ins are."""
+    prefix = reward_key("")
+    keys = (k for r in rows for k in r if k.startswith(prefix) and k not in (REWARD_MEAN, REWARD_STD))
+    return list(dict.fromkeys(k.removeprefix(prefix) for k in keys))
 
 
 def heldout_of_kind(metric: str, kind: str) -> str:

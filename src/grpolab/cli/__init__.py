@@ -21,6 +21,7 @@ from grpolab.cli.options import (
     EnvOpt,
     JsonOpt,
     ModelOpt,
+    PluginOpt,
     SeedOpt,
     WeightsOpt,
     console,
@@ -32,6 +33,7 @@ from grpolab.config import config_to_dict
 from grpolab.engine.policy import resolve_precision
 from grpolab.envs import SPLITS, env_for, env_names, get_env
 from grpolab.errors import UserError
+from grpolab.rewards.rubric import check_weights
 from grpolab.scaffold import new_env
 
 app = typer.Typer(
@@ -59,10 +61,13 @@ def config(
     model: ModelOpt = None,
     seed: SeedOpt = None,
     weights: WeightsOpt = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Print the resolved configuration (defaults < TOML file < flags)."""
-    cfg = resolve_config(config, env, model, seed, weights)
+    """Print the resolved configuration (defaults < TOML file < flags), its reward weights checked against the
+    environment's rubric."""
+    cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
+    check_weights(cfg, env_for(cfg))  # an unknown reward name is refused here as where it is scored
     if json:
         print_json(config_to_dict(cfg))
         return
@@ -121,10 +126,11 @@ def tasks(
     seed: SeedOpt = None,
     split: Annotated[str, typer.Option("--split", help="train or heldout.")] = "train",
     limit: Annotated[int | None, typer.Option("--limit", min=0, help="Show at most this many.")] = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """List an environment's tasks with their answers and reference transcripts."""
-    cfg = resolve_config(config, env, seed=seed)
+    cfg = resolve_config(config, env, seed=seed, plugins=plugin)
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}", "use --split train or --split heldout")
     e = env_for(cfg)
@@ -154,6 +160,7 @@ def tools_run(
     args: Annotated[str, typer.Argument(help="Arguments as a JSON object.")],
     config: ConfigOpt = None,
     env: EnvOpt = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Run one tool with JSON arguments and print its response."""
@@ -161,7 +168,7 @@ def tools_run(
 
     from grpolab.cli.inputs import tool_arguments
 
-    cfg = resolve_config(config, env)
+    cfg = resolve_config(config, env, plugins=plugin)
     e = env_for(cfg)
     tool = e.toolbox.get(name)
     if tool is None:
@@ -184,13 +191,14 @@ def reward_score(
     config: ConfigOpt = None,
     env: EnvOpt = None,
     weights: WeightsOpt = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Score an assistant transcript (tool responses included) by re-executing its tool calls."""
     from grpolab.cli.inputs import completion_text
     from grpolab.rewards.score import score_transcript
 
-    cfg = resolve_config(config, env, weights=weights)
+    cfg = resolve_config(config, env, weights=weights, plugins=plugin)
     e = env_for(cfg)
     t = e.task(task)
     text = completion_text(completion)

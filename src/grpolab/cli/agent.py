@@ -20,10 +20,12 @@ from grpolab.cli.options import (
     EnvOpt,
     JsonOpt,
     ModelOpt,
+    PluginOpt,
     SeedOpt,
     console,
     err_console,
     finite,
+    load_plugin_options,
     print_json,
     writing_to,
 )
@@ -51,11 +53,14 @@ def export_model(
         bool, typer.Option("--check", help="Evaluate run and export on the held-out tasks; exit 1 if they differ.")
     ] = False,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Held-out tasks for --check.")] = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Export a run's agent: merged weights as a transformers model folder (and GGUF) that loads without grpolab."""
     from grpolab.agent.export import export_run
     from grpolab.agent.gguf import GGUFType
+
+    load_plugin_options(plugin)  # the run's own plugins come with its config.json
 
     kind: GGUFType = gguf_type  # type: ignore[assignment]  # export_run rejects other values with a UserError
     with writing_to(out, "--out"):
@@ -93,6 +98,7 @@ def chat(
     max_turns: Annotated[int | None, typer.Option("--max-turns", min=1, help="Tool calls per question.")] = None,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, callback=finite, help="0 = greedy.")] = 0.0,
     history: Annotated[bool, typer.Option("--history", help="Keep earlier questions in the context.")] = False,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Talk to an agent: it thinks, calls the environment's real tools and answers (--run, or --model incl. exports)."""
@@ -104,6 +110,7 @@ def chat(
         "temperature": temperature,
         "keep_history": history,
     }
+    load_plugin_options(plugin)  # a run's (or an export's) own plugins come with its config
     if run is not None:
         if model is not None:
             raise UserError("pass --run or --model, not both", "--run runs/NAME chats with that run's agent")

@@ -13,6 +13,7 @@ from grpolab.cli.options import (
     EnvOpt,
     JsonOpt,
     ModelOpt,
+    PluginOpt,
     SeedOpt,
     WeightsOpt,
     console,
@@ -42,14 +43,18 @@ def export_trl(
         Path | None,
         typer.Option("--accelerate-dir", help="Folder for the accelerate configs (default: beside the script)."),
     ] = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
+    from grpolab.envs import env_for
     from grpolab.files import output_target
+    from grpolab.rewards.rubric import check_weights
     from grpolab.trl.export import export_trl as write
     from grpolab.trl.settings import unsupported
 
-    cfg = resolve_config(config, env, model, seed, weights)
+    cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
+    check_weights(cfg, env_for(cfg))  # a script whose weights name no component of its env would fail where it runs
     # a script that goes into a stream (/dev/stdout, a FIFO): what is said about it goes to stderr, not into it
     stream = output_target(output, "-o").stream
     with writing_to(output, "-o"):

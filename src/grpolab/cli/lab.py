@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from grpolab.cli.options import err_console
+from grpolab.cli.options import PluginOpt, err_console, load_plugin_options
 from grpolab.errors import UserError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -58,6 +58,7 @@ def lab(
         typer.Option("--allow-model", help="A model name or path jobs started from the page may load."),
     ] = None,
     max_jobs: Annotated[int, typer.Option("--max-jobs", min=1, max=16, help="Training jobs running at once.")] = 2,
+    plugin: PluginOpt = None,
 ) -> None:
     """Open the web lab: config and simulator, live runs, rollouts, preflight, TRL export (Gradio)."""
     try:
@@ -66,6 +67,7 @@ def lab(
         from grpolab.lab.limits import LabLimits
     except ImportError as exc:
         raise UserError(f"the web lab needs gradio ({exc})", "pip install 'grpolab[lab]'")
+    load_plugin_options(plugin)  # each run's own plugins are imported when its config is read
     if runs.exists() and not runs.is_dir():
         raise UserError(f"--runs {runs} is a file", "pass the folder that holds (or will hold) run directories")
     check_listen(host or DEFAULT_HOST, port)

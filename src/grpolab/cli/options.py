@@ -13,9 +13,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from grpolab.config import LabConfig, field_doc, load_config, parse_weights
+from grpolab.config import LabConfig, field_doc, load_config, parse_weights, weights_by_name
 from grpolab.errors import UserError
-from grpolab.rewards.components import default_weights, letter, standard_names
+from grpolab.plugins import import_plugins, resolve_plugins
+from grpolab.rewards.rubric import BUILTIN_RUBRIC
 
 # markup and emoji codes are off: what commands print is mostly model, user and data text (prompts, paths, task ids,
 # categories), where "[/x]" would raise MarkupError, "[bold]" vanish and ":o:" become an emoji. Styling goes
@@ -23,17 +24,29 @@ from grpolab.rewards.components import default_weights, letter, standard_names
 console = Console(stderr=False, highlight=False, soft_wrap=True, markup=False, emoji=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
-_LETTERS = ",".join(letter(n) for n in standard_names())
-_DEFAULTS = ",".join(f"{w:g}" for w in default_weights().values())
+_LETTERS = ",".join(BUILTIN_RUBRIC.letter(n) for n in BUILTIN_RUBRIC.standard_names())
+_DEFAULTS = ",".join(f"{w:g}" for w in BUILTIN_RUBRIC.default_weights().values())
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file (see `grpolab config`).")]
 EnvOpt = Annotated[str | None, typer.Option("--env", help=field_doc("env"))]
 ModelOpt = Annotated[str | None, typer.Option("--model", help=field_doc("model"))]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help=field_doc("seed"))]
 WeightsOpt = Annotated[
-    str | None, typer.Option("--weights", help=f"Reward weights {_LETTERS} (reward.weights), e.g. {_DEFAULTS}.")
+    str | None,
+    typer.Option(
+        "--weights",
+        help=f"Reward weights {_LETTERS} (reward.weights), e.g. {_DEFAULTS}; or name=value,... set over the config's.",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+PluginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--plugin",
+        metavar="MOD",
+        help="Import this module or .py file first (your rewards, environments); repeatable; a run records it.",
+    ),
+]
 
 
 def finite(value: float | None) -> float | None:
@@ -63,14 +76,29 @@ def resolve_config(
     seed: int | None = None,
     weights: str | None = None,
     base: LabConfig | None = None,
+    plugins: list[str] | None = None,
     **dotted: Any,
 ) -> LabConfig:
-    """File values (or `base`'s), then CLI overrides; only options the user gave override (None: not given)."""
+    """File values (or `base`'s), then CLI overrides; only options the user gave override (None: not given).
+    `plugins` (`--plugin`) are imported before the config is validated and recorded in it."""
     overrides: dict[str, Any] = {"env": env, "model": model, "seed": seed}
+    named: dict[str, float] = {}
     if weights is not None:
-        overrides["reward.weights"] = parse_weights(weights)
+        if weights_by_name(weights):
+            named = parse_weights(weights)  # set over the file's (or the default) weights, below
+        else:
+            overrides["reward.weights"] = parse_weights(weights)
     overrides.update({k.replace("__", "."): v for k, v in dotted.items()})
-    return load_config(config, overrides, base)
+    cfg = load_config(config, overrides, base, plugins)
+    if named:
+        cfg.reward.weights = {**cfg.reward.weights, **named}
+    return cfg
+
+
+def load_plugin_options(plugins: list[str] | None) -> None:
+    """Import `--plugin` modules for a command that reads a run (whose own plugins its config.json names)."""
+    if plugins:
+        import_plugins(resolve_plugins(plugins, Path.cwd()))
 
 
 @contextmanager

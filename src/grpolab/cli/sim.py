@@ -13,6 +13,7 @@ from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
     JsonOpt,
+    PluginOpt,
     SeedOpt,
     WeightsOpt,
     console,
@@ -115,6 +116,7 @@ def simulate(
         Path | None, typer.Option("--calibrate", help="Run dir or check report: initial class mix.")
     ] = None,
     real: Annotated[Path | None, typer.Option("--real", help="Run dir to compare with (sim-to-real gap).")] = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Simulate GRPO on a behaviour-level policy whose class rewards are measured with the real reward."""
@@ -126,7 +128,7 @@ def simulate(
 
     # compared with a real run, the simulation follows that run's config unless a file or flag says otherwise
     base = RunDir(real).read_config() if real is not None and config is None else None
-    cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, grpo__beta=beta)
+    cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
     source = calibrate or real
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR
     environment = env_for(cfg)

@@ -15,11 +15,13 @@ from grpolab.cli.options import (
     EnvOpt,
     JsonOpt,
     ModelOpt,
+    PluginOpt,
     SeedOpt,
     WeightsOpt,
     console,
     err_console,
     field_option,
+    load_plugin_options,
     print_json,
     resolve_config,
 )
@@ -65,6 +67,7 @@ def train(
     steps: StepsOpt = None,
     sft_steps: SftStepsOpt = None,
     backend: BackendOpt = None,
+    plugin: PluginOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
@@ -74,7 +77,8 @@ def train(
     from grpolab.rundir import RunDir
 
     if resume is not None:
-        cfg = RunDir(resume).read_config()
+        load_plugin_options(plugin)
+        cfg = RunDir(resume).read_config()  # imports the run's own plugins
         if steps is not None:
             try:
                 cfg.train.steps = steps
@@ -86,7 +90,7 @@ def train(
         raise UserError("train needs --out DIR (or --resume DIR)", "for example --out runs/first")
     _run_out(out)
     overrides = {"train__steps": steps, "train__sft_steps": sft_steps, "train__backend": backend}
-    cfg = resolve_config(config, env, model, seed, weights, **overrides)
+    cfg = resolve_config(config, env, model, seed, weights, plugins=plugin, **overrides)
     run = run_training(cfg, out, quiet=quiet)
     if not quiet:
         console.print(f"run dir: {run.path}")
@@ -111,6 +115,7 @@ def eval_(
         list[str] | None,
         typer.Option("--category", help=f"{field_doc('task_kinds')} Repeatable; for bfcl: a BFCL category."),
     ] = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Greedy evaluation with the strict verifier: success, tool_call_prob, schema validity.
@@ -135,7 +140,8 @@ def eval_(
                 f"{', '.join(ignored)} cannot be combined with --run (its policy is evaluated under its own config)",
                 f"drop {', '.join(ignored)}, or evaluate a model without --run",
             )
-        cfg = RunDir(run).read_config()
+        load_plugin_options(plugin)
+        cfg = RunDir(run).read_config()  # imports the run's own plugins
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
         if category:  # or on other categories (e.g. BFCL's live_* ones, never trained on)
@@ -154,7 +160,7 @@ def eval_(
             err_console.print(line, markup=False, soft_wrap=True)
     else:
         files = [str(d) for d in data] if data else None
-        cfg = resolve_config(config, env, model, seed, weights, data=files, task_kinds=category or None)
+        cfg = resolve_config(config, env, model, seed, weights, plugins=plugin, data=files, task_kinds=category or None)
         environment = env_for(cfg)
         from grpolab.models import load_model
 
@@ -172,6 +178,7 @@ def demo(
     seed: SeedOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help=f"Run directory (default {DEMO_OUT}).")] = None,
     steps: StepsOpt = None,
+    plugin: PluginOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Everything on the embedded model: the base model's held-out score, a short SFT seeding, GRPO, the held-out
@@ -181,7 +188,7 @@ def demo(
 
     out = out or DEMO_OUT
     _run_out(out)
-    cfg = resolve_config(config or DEMO_CONFIG, seed=seed, train__steps=steps)
+    cfg = resolve_config(config or DEMO_CONFIG, seed=seed, plugins=plugin, train__steps=steps)
     if RunDir(out).has_steps():
         out = out.with_name(f"{out.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()

@@ -14,10 +14,12 @@ from grpolab.cli.options import (
     EnvOpt,
     JsonOpt,
     ModelOpt,
+    PluginOpt,
     SeedOpt,
     WeightsOpt,
     console,
     err_console,
+    load_plugin_options,
     print_json,
     resolve_config,
     writing_to,
@@ -47,6 +49,7 @@ def check(
     save: Annotated[
         Path | None, typer.Option("--save", help="Also write the report as JSON here (e.g. runs/NAME/preflight.json).")
     ] = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Dry-run the reward, run the gameability probes and the shortcut probes, and the learnability smoke test on the
@@ -55,12 +58,15 @@ def check(
     from grpolab.envs import env_for
     from grpolab.files import output_target, write_output
     from grpolab.models import load_model
+    from grpolab.rewards.rubric import check_weights
     from grpolab.trust.preflight import check as run_check
 
     target = output_target(save, "--save") if save is not None else None  # before minutes of work
-    cfg = resolve_config(config, env, model, seed, weights)
+    cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
+    environment = env_for(cfg)
+    check_weights(cfg, environment)  # before the model loads
     policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
-    report = run_check(policy, tokenizer, env_for(cfg), cfg, prompts, group_size)
+    report = run_check(policy, tokenizer, environment, cfg, prompts, group_size)
     if target is not None:
         with writing_to(target.named, "--save"):
             write_output(target, jsonlib.dumps(report, indent=2, default=str) + "\n")
@@ -123,6 +129,7 @@ def compare(
     limit: Annotated[int, typer.Option("--limit", min=1, help="Held-out prompts.")] = 6,
     html_out: Annotated[Path | None, typer.Option("--html", help="Write the side-by-side page here.")] = None,
     config: ConfigOpt = None,
+    plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
@@ -134,7 +141,7 @@ def compare(
     from grpolab.report.changes import change_lines, changes_html, what_changed
 
     target = output_target(html_out, "--html") if html_out is not None else None  # before minutes of work
-    base_cfg = resolve_config(config)
+    base_cfg = resolve_config(config, plugins=plugin)  # a run's own plugins come with its config
     right_model, right_tok, cfg = load_policy(run, base_cfg)  # a run brings its own config
     left_model, left_tok, _ = load_policy(cfg.model if against == "base" else against, cfg)
     env = env_for(cfg)
@@ -189,10 +196,13 @@ def compare(
         console.print(line, markup=False, style="bold red" if "FLAGGED" in line else None)
 
 
-def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")]) -> None:
+def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")], plugin: PluginOpt = None) -> None:
     """(Re)write runs/NAME/report.html from the run's artifacts (malformed ones are named and left out)."""
     from grpolab.report.html import render_report
     from grpolab.rundir import RunDir
+
+    load_plugin_options(plugin)
+    RunDir(run).read_config()  # imports the run's plugins (What GRPO changed builds its env), or says why not
 
     skipped: list[str] = []
     with writing_to(RunDir(run).report_path, "--run"):

@@ -17,7 +17,17 @@ from grpolab.errors import UserError
 if TYPE_CHECKING:
     from grpolab.config import DataEnvConfig, LabConfig
 
-__all__ = ["SPLITS", "Environment", "Evidence", "Split", "Task", "Verdict", "env_for", "env_names", "get_env"]
+__all__ = [
+    "SPLITS",
+    "Environment",
+    "Evidence",
+    "Split",
+    "Task",
+    "Verdict",
+    "env_for",
+    "env_names",
+    "get_env",
+]
 
 
 def _finance() -> Environment:
@@ -96,7 +106,12 @@ def get_env(
         try:
             factory = getattr(importlib.import_module(module_name), attr)
         except Exception as exc:  # ImportError, AttributeError, or whatever the module raises on import
-            raise UserError(f"cannot load environment {name!r} ({exc})", "check the module path and class name")
+            raise UserError(
+                f"cannot load environment {name!r} ({type(exc).__name__}: {exc})",
+                f"check the module and class name; a module that is not installed is found through PYTHONPATH, "
+                f'or name its file as a plugin (plugins = ["path/to/{module_name.split(".")[-1]}.py"] in the '
+                f"config, or --plugin) and keep --env {name}",
+            ) from None
         env = _build(name, factory)
     else:
         eps = {ep.name: ep for ep in entry_points(group="grpolab.envs")}
@@ -132,6 +147,16 @@ def _build(name: str, factory: object) -> Environment:
     if missing or not hasattr(env, "toolbox"):
         what = ", ".join(missing) or "toolbox"
         raise UserError(f"{name!r} gave a {type(env).__name__}, not an environment (it has no {what})", fix)
+    if isinstance(env, Environment):
+        # the base class's verifier and task list raise NotImplementedError: scoring would be NaN on every episode
+        needed = ["tasks", "verify" if env.executes_tools else "verify_calls"]
+        unwritten = [m for m in needed if getattr(type(env), m) is getattr(Environment, m)]
+        if unwritten:
+            raise UserError(
+                f"environment {name!r} ({type(env).__name__}) does not define {' or '.join(unwritten)}",
+                "write them (tasks(split) -> list[Task]; verify(task, final_answer, evidence) -> Verdict, or "
+                "verify_calls(task, calls) with executes_tools = False; see grpolab.envs.base)",
+            )
     return env
 
 

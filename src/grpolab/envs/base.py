@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from grpolab.envs.rubric import Rubric
 from grpolab.errors import UserError
 from grpolab.protocol import (
     THOUGHT_REQUIRED,
@@ -78,6 +79,15 @@ class Environment:
     """False for environments where the calls are the answer (BFCL): nothing runs, generation goes on to the end."""
     thought_required: bool = True
     """The prompt asks every turn to open with a <thought> block, and the format reward checks that it does."""
+
+    @property
+    def rubric(self) -> Rubric:
+        """This environment's own reward components, added with `self.rubric.add(name, fn, ...)`; it is scored under
+        them after the built-ins and what plugins registered (`grpolab.rewards.rubric.rubric_of`)."""
+        rubric = self.__dict__.get("_rubric")
+        if rubric is None:
+            rubric = self.__dict__["_rubric"] = Rubric()
+        return rubric
 
     def isolation(self) -> dict[str, Any] | None:
         """How model-written code is isolated, for environments that run it (None: this one runs none)."""

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from grpolab.config import DEMO_CONFIG, LabConfig, field_doc, load_config
 from grpolab.lab.limits import BOUNDS, Bound, check_settings
-from grpolab.rewards.components import COMPONENTS, standard_names
+from grpolab.rewards.rubric import DEFAULT_RUBRIC
 from grpolab.trust.simulate import DEFAULT_LR, SimSettings
 
 WEIGHT = "reward.weights."
@@ -54,7 +54,7 @@ class Control:
         if self.help is not None:
             return self.help
         if self.name.startswith(WEIGHT):
-            return COMPONENTS[self.name.removeprefix(WEIGHT)].description
+            return DEFAULT_RUBRIC[self.name.removeprefix(WEIGHT)].description
         return field_doc(self.name)
 
     def default(self, demo: LabConfig) -> Any:
@@ -75,7 +75,7 @@ class Control:
 CONFIG_CONTROLS = (
     Control("env",                 "environment",               "dropdown", _text),
     Control("model",               "base model",                "dropdown", _text, help=_MODEL_HELP),
-    *(Control(WEIGHT + n, f"weight {COMPONENTS[n].letter} ({n})") for n in standard_names()),
+    *(Control(WEIGHT + n, f"weight {DEFAULT_RUBRIC.letter(n)} ({n})") for n in DEFAULT_RUBRIC.standard_names()),
     Control("grpo.beta",           "beta (KL)",                 "slider",   float, step=0.01),
     Control("grpo.epsilon",        "epsilon (clip)",            "slider",   float, step=0.01),
     Control("rollout.group_size",  "G",                         "slider",   int),

@@ -15,7 +15,7 @@ from grpolab.report.changes import changes_html, run_changes
 from grpolab.report.charts import svg_chart
 from grpolab.report.html import probe_table
 from grpolab.report.trajectories import trajectory_pair
-from grpolab.rewards.components import letter, standard_names
+from grpolab.rewards.rubric import DEFAULT_RUBRIC
 from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
 from grpolab.rundir.snapshot import drawable, num, section
 from grpolab.trust.behaviour import HACK_CLASSES
@@ -33,6 +33,7 @@ from grpolab.vocabulary import (
     SPECS,
     SUCCESS,
     TOOL_CALL_PROB,
+    logged_components,
     reward_key,
 )
 
@@ -81,7 +82,8 @@ def stat_cards(
 ) -> str:
     """Episode reward with breakdown; tool_call_prob against the prior (the base model's, or where a simulation
     starts); kl against its bound; loss, advantage."""
-    parts = " | ".join(f"{letter(n)}:{num(last.get(reward_key(n)))}" for n in standard_names())
+    names = list(dict.fromkeys([*DEFAULT_RUBRIC.standard_names(), *logged_components([last])]))  # a user's too
+    parts = " | ".join(f"{DEFAULT_RUBRIC.letter(n)}:{num(last.get(reward_key(n)))}" for n in names)
     kl = last.get(KL)
     stable = drawable(kl) and kl <= kl_bound
     prior = f"{prior_name} {base_prior:.0%}" if drawable(base_prior) else f"{prior_name} unknown"

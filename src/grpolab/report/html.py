@@ -29,6 +29,7 @@ from grpolab.vocabulary import (
     REWARD_MEAN,
     TOOL_CALL_PROB,
     chart_groups,
+    logged_components,
 )
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
@@ -120,7 +121,8 @@ def render_report(path: str | Path, skipped: list[str] | None = None) -> Path:
     steps = [r["step"] for r in snap.alarm_rows()]
     convergence = svg_chart("reward, kl and tool-token mass per iteration", list(CONVERGENCE), rows, steps)
     parts.append(f"<h2>Training convergence and token-shift dynamics</h2>{convergence}")
-    charts = "".join(svg_chart(title, keys, rows, steps) for title, keys in chart_groups(standard_names()))
+    components = list(dict.fromkeys([*standard_names(), *logged_components(rows)]))  # a user's too
+    charts = "".join(svg_chart(title, keys, rows, steps) for title, keys in chart_groups(components))
     parts.append(f"<h2>Curves</h2><div class='grid'>{charts}</div>")
     if snap.preflight:
         parts.append("<h2>Preflight: gameability probes and learnability</h2>" + probe_table(snap.preflight))

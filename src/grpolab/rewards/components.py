@@ -1,8 +1,9 @@
-"""The reward components and the one table that names them.
+"""The built-in reward components, the table that names them, and `register_reward` for a plugin's own.
 
 Each component maps a replayed transcript to (value, reason): the reason says why it gave what it gave, so a zero is
-inspectable. `COMPONENTS` is the single home of a component's name, short letter, default weight, function and
-description; the config, the scorer, the simulator, the report, the web lab and the TRL export all read it.
+inspectable. A `RewardComponent` is the single home of a component's name, short letter, default weight, function
+and description; an environment is scored under a `rewards.rubric.Rubric` of them (the built-ins, what plugins
+registered, its own).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from grpolab.envs.rubric import RewardComponent, Shape, make_component
+from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
 
 if TYPE_CHECKING:  # the table is read by the config, which must not import the tools (and transformers) with it
@@ -47,6 +50,7 @@ PAST_REPLAY_CAP = f"not run: past the replay cap ({MAX_REPLAYED_CALLS} calls per
 """Why a call past the cap earns no schema credit."""
 
 RewardFn = Callable[["Replay", "Task", "Environment", RewardContext], tuple[float, str]]
+"""grpolab's shape of a component's function; TRL's is `fn(prompts, completions, **kwargs) -> list[float | None]`."""
 
 
 def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
@@ -164,22 +168,8 @@ def lenient_completion_reward(r: Replay, task: Task, env: Environment, ctx: Rewa
     return 0.0, "no number in the final answer matches"
 
 
-@dataclass(frozen=True)
-class RewardComponent:
-    name: str
-    """Config key (`reward.weights.NAME`) and metric name (`reward/NAME`)."""
-    letter: str
-    """Short form in breakdowns (`F:+1.0 | S:+1.5 | ...`) and in `--weights F,S,C,L`."""
-    default_weight: float
-    """Weight in the default configuration."""
-    fn: RewardFn
-    description: str
-    standard: bool = True
-    """Standard components are always computed and logged (even at weight 0) and set by `--weights`."""
-
-
 # fmt: off
-_TABLE = (
+BUILTIN_COMPONENTS = (
     RewardComponent("format",     "F",  1.0,  format_reward,     "the transcript follows the protocol"),
     RewardComponent("schema",     "S",  1.5,  schema_reward,     "calls name real tools with schema-valid args"),
     RewardComponent("completion", "C",  3.0,  completion_reward, "the verifier accepts the grounded answer"),
@@ -189,32 +179,41 @@ _TABLE = (
                     standard=False),
 )
 # fmt: on
-
-COMPONENTS: dict[str, RewardComponent] = {c.name: c for c in _TABLE}
-"""Reward components by name (user components join with `register_reward`)."""
+"""The built-in components, in table order (`rewards.rubric.BUILTIN_RUBRIC`)."""
+BUILTIN_NAMES = frozenset(c.name for c in BUILTIN_COMPONENTS)
 
 
 def standard_names() -> list[str]:
-    """The standard components in table order: the order of `--weights F,S,C,L` and of every breakdown."""
-    return [c.name for c in COMPONENTS.values() if c.standard]
+    """The built-in standard components in table order: the order of `--weights F,S,C,L`."""
+    return [c.name for c in BUILTIN_COMPONENTS if c.standard]
 
 
-def default_weights() -> dict[str, float]:
-    return {c.name: c.default_weight for c in COMPONENTS.values() if c.standard}
+_REGISTERED: dict[str, RewardComponent] = {}
+"""Components plugins added for every environment (`register_reward`), read live by `rubric.DEFAULT_RUBRIC`."""
 
 
-def letter(name: str) -> str:
-    """`F` for format...; a user component without a letter shows its name."""
-    c = COMPONENTS.get(name)
-    return c.letter if c is not None else name
+def registered_components() -> dict[str, RewardComponent]:
+    return dict(_REGISTERED)
 
 
-def register_reward(name: str, fn: RewardFn, letter: str | None = None, description: str = "") -> None:
-    """Add a reward component (user rewards, environment-specific ones); weight 0 unless configured."""
-    COMPONENTS[name] = RewardComponent(name, letter or name, 0.0, fn, description or (fn.__doc__ or ""), False)
+def register_reward(
+    name: str,
+    fn: Callable[..., Any],
+    letter: str | None = None,
+    description: str = "",
+    weight: float = 0.0,
+    shape: Shape | None = None,
+) -> RewardComponent:
+    """Add a reward component to every environment's rubric (a plugin's reward for the built-in environments); an
+    environment adds its own with `self.rubric.add(...)`. Its default weight is `weight` (0: scored only where the
+    config weights it)."""
+    if name in BUILTIN_NAMES:
+        raise UserError(f"reward component {name!r} is built in", "give your component another name")
+    component = make_component(name, fn, letter, weight, description, shape)
+    _REGISTERED[name] = component
+    return component
 
 
 def unregister_reward(name: str) -> None:
-    """Remove a registered non-standard component (tests, notebooks)."""
-    if name in COMPONENTS and not COMPONENTS[name].standard:
-        del COMPONENTS[name]
+    """Remove a registered component (tests, notebooks)."""
+    _REGISTERED.pop(name, None)

@@ -6,22 +6,16 @@ skips the step and counts it.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.envs.base import Environment, Task
-from grpolab.rewards.components import (
-    COMPONENTS,
-    DEFAULT_LENGTH_UNIT,
-    THOUGHT_MIN_WORDS,
-    RewardContext,
-    default_weights,
-    letter,
-    standard_names,
-)
-from grpolab.rewards.replay import replay
+from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, RewardComponent, RewardContext
+from grpolab.rewards.replay import Replay, replay
+from grpolab.rewards.rubric import DEFAULT_RUBRIC, rubric_of
 
 
 @dataclass
@@ -34,6 +28,8 @@ class Score:
     """Components that raised, with the error."""
     valid_calls: int = 0
     """Schema-valid tool calls in the episode (tool_call_prob counts episodes with at least one)."""
+    letters: dict[str, str] = field(default_factory=dict)
+    """Each component's short form in the breakdown (from the environment's rubric; default: the name)."""
 
     @property
     def solved(self) -> bool:
@@ -49,7 +45,7 @@ class Score:
 
     @property
     def breakdown(self) -> str:
-        return breakdown(self.components, self.weights)
+        return breakdown(self.components, self.weights, self.letters)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,9 +70,11 @@ def _short_number(x: float) -> str:
     return text[:-1] if text.endswith("0") else text
 
 
-def breakdown(components: dict[str, float], weights: dict[str, float]) -> str:
-    """`F:+1.0 | S:+1.5 | C:+3.0 | L:-0.15` (weighted values)."""
-    return " | ".join(f"{letter(k)}:{_short_number(weights.get(k, 0.0) * v)}" for k, v in components.items())
+def breakdown(components: dict[str, float], weights: dict[str, float], letters: dict[str, str] | None = None) -> str:
+    """`F:+1.0 | S:+1.5 | C:+3.0 | L:-0.15 | polite:+0.5` (weighted values; a component without a letter shows
+    its name)."""
+    short = {**DEFAULT_RUBRIC.letters(), **(letters or {})}
+    return " | ".join(f"{short.get(k, k)}:{_short_number(weights.get(k, 0.0) * v)}" for k, v in components.items())
 
 
 def score_transcript(
@@ -94,27 +92,102 @@ def score_transcript(
     `gen_tokens` is the number of policy tokens when the caller has them (the trainer); otherwise the model's own
     text is counted with `count_tokens` (default: the embedded model's tokenizer).
     """
-    weights = dict(default_weights() if weights is None else weights)
-    r = replay(env, task, text)
-    if gen_tokens is None:
-        if count_tokens is None:
-            from grpolab.models import default_token_counter
+    items = [(task, text, gen_tokens)]
+    return score_transcripts(env, items, weights, length_unit, count_tokens, thought_min_words)[0]
 
-            count_tokens = default_token_counter()
-        gen_tokens = count_tokens(r.generated_text)
-    ctx = RewardContext(gen_tokens=gen_tokens, length_unit=length_unit, thought_min_words=thought_min_words)
-    components, reasons, errors = {}, {}, {}
-    standard = standard_names()
+
+def score_transcripts(
+    env: Environment,
+    items: list[tuple[Task, str, int | None]],
+    weights: dict[str, float] | None = None,
+    length_unit: int = DEFAULT_LENGTH_UNIT,
+    count_tokens: Callable[[str], int] | None = None,
+    thought_min_words: int = THOUGHT_MIN_WORDS,
+) -> list[Score]:
+    """Score (task, transcript, policy tokens or None) items under the environment's rubric: grpolab-shaped
+    components one transcript at a time, TRL-shaped ones in one call over all of them. Weights are checked against
+    the rubric (an unknown name is a UserError) and default to its default weights."""
+    rubric = rubric_of(env)
+    weights = rubric.resolve(dict(rubric.default_weights() if weights is None else weights))
+    components = rubric.components
+    replays = [replay(env, task, text) for task, text, _ in items]
+    contexts = []
+    for r, (_, _, gen_tokens) in zip(replays, items):
+        if gen_tokens is None:
+            if count_tokens is None:
+                from grpolab.models import default_token_counter  # transformers: only when tokens are counted here
+
+                count_tokens = default_token_counter()
+            gen_tokens = count_tokens(r.generated_text)
+        contexts.append(RewardContext(gen_tokens, length_unit, thought_min_words))
+    values: list[dict[str, float]] = [{} for _ in items]
+    reasons: list[dict[str, str]] = [{} for _ in items]
+    errors: list[dict[str, str]] = [{} for _ in items]
     # the standard components are always computed (logged even at weight 0), then any others that are weighted
-    for name in [*standard, *(n for n in weights if n not in standard)]:
-        try:
-            value, reason = COMPONENTS[name].fn(r, task, env, ctx)
-        except Exception as exc:  # counted and shown, never silently 0
-            value, reason = math.nan, f"error: {type(exc).__name__}: {exc}"
-            errors[name] = reason
-        components[name], reasons[name] = float(value), reason
-    valid_calls = sum(p is None for p in r.call_problems)
-    return Score(components=components, reasons=reasons, weights=weights, errors=errors, valid_calls=valid_calls)
+    for name in rubric.scored(weights):
+        c = components[name]
+        if c.shape == "trl":
+            results = _batched(c, [task for task, _, _ in items], [text for _, text, _ in items])
+        else:
+            results = [_one(c, r, task, env, ctx) for r, (task, _, _), ctx in zip(replays, items, contexts)]
+        for i, (value, reason, error) in enumerate(results):
+            values[i][name], reasons[i][name] = value, reason
+            if error:
+                errors[i][name] = reason
+    letters = rubric.letters()
+    return [
+        Score(v, why, weights, err, sum(p is None for p in r.call_problems), letters)
+        for v, why, err, r in zip(values, reasons, errors, replays)
+    ]
+
+
+def _error(exc: Exception) -> tuple[float, str, bool]:
+    return math.nan, f"error: {type(exc).__name__}: {exc}", True
+
+
+def _one(c: RewardComponent, r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str, bool]:
+    """A grpolab-shaped component on one transcript: (value, reason, raised)."""
+    try:
+        value, reason = c.fn(r, task, env, ctx)
+        return float(value), str(reason), False
+    except Exception as exc:  # counted and shown, never silently 0
+        return _error(exc)
+
+
+TASK_COLUMNS = ("task_id", "answer", "truth", "kind")
+"""The task fields a TRL-shaped component receives as keyword columns (besides the task's `meta` entries)."""
+
+
+def _batched(c: RewardComponent, tasks: list[Task], texts: list[str]) -> list[tuple[float, str, bool]]:
+    """A TRL-shaped component on all transcripts in one call, as TRL calls its reward functions: prompts,
+    completions (the transcripts) and one column per task field; None is "not applicable" (0)."""
+    columns: dict[str, list[Any]] = {
+        "task_id": [t.id for t in tasks],
+        "answer": [t.answer for t in tasks],
+        "truth": [t.truth for t in tasks],
+        "kind": [t.kind for t in tasks],
+    }
+    for key in dict.fromkeys(k for t in tasks for k in t.meta):
+        if key not in columns and key not in ("prompts", "completions"):
+            columns[key] = [t.meta.get(key) for t in tasks]
+    params = inspect.signature(c.fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        columns = {k: v for k, v in columns.items() if k in params}  # a function that takes only some columns
+    try:
+        out = c.fn(prompts=[t.prompt for t in tasks], completions=texts, **columns)
+        if not isinstance(out, (list, tuple)) or len(out) != len(tasks):
+            raise TypeError(f"returned {type(out).__name__}, not a list of {len(tasks)} floats (or None)")
+        results = []
+        for v in out:
+            if v is None:
+                results.append((0.0, "not applicable (None)", False))
+            elif isinstance(v, (int, float)):
+                results.append((float(v), f"{c.name} = {float(v):g}", False))
+            else:
+                raise TypeError(f"returned a {type(v).__name__} among its values, not a float or None")
+        return results
+    except Exception as exc:  # every transcript of the batch: counted and shown, never silently 0
+        return [_error(exc)] * len(tasks)
 
 
 def score_episodes(
@@ -124,8 +197,8 @@ def score_episodes(
     length_unit: int,
     thought_min_words: int = THOUGHT_MIN_WORDS,
 ) -> None:
-    """Score generated episodes in place (`episode.score`), counting their policy tokens as generated."""
-    for e in episodes:
-        e.score = score_transcript(
-            env, e.task, e.text, weights, length_unit, gen_tokens=e.n_policy_tokens, thought_min_words=thought_min_words
-        )
+    """Score generated episodes in place (`episode.score`), counting their policy tokens as generated; TRL-shaped
+    components see them all in one batch."""
+    items = [(e.task, e.text, e.n_policy_tokens) for e in episodes]
+    for e, s in zip(episodes, score_transcripts(env, items, weights, length_unit, None, thought_min_words)):
+        e.score = s

@@ -26,6 +26,7 @@ from grpolab.formats import checked_format
 from grpolab.metrics import episode_row
 from grpolab.models import load_tokenizer, token_counter
 from grpolab.report.html import render_report
+from grpolab.rewards.rubric import check_weights
 from grpolab.run.progress import Progress
 from grpolab.run.sources import StepSource, backend_notes, make_source
 from grpolab.rundir import RunDir
@@ -139,10 +140,11 @@ def train(
     experiments varying only GRPO settings share one warm start."""
     notes = backend_notes(cfg)  # before anything is written: a setting the backend cannot honour is refused here
     # claimed for the whole run: a second trainer on `out` gets a UserError naming this process
+    env = env_for(cfg)
+    check_weights(cfg, env)  # before the run is made: its config.json records the weights as the env applies them
     run = RunDir.open_to_resume(out) if resume else RunDir.create(out, cfg)
     try:
         run.clear_stop()  # a stale stop request from an earlier process must not end this one
-        env = env_for(cfg)
         if cfg.train.precision == "auto":  # a resumed run keeps the precision its config.json recorded
             choice = resolve_precision(cfg, env)
             cfg = cfg.model_copy(deep=True)

@@ -96,7 +96,9 @@ class Artifacts(RunPath):
 
         data = self.config_data()
         try:
-            return LabConfig.model_validate(as_recorded(data))
+            return LabConfig.model_validate(as_recorded(data))  # imports the run's plugins first
+        except UserError:  # a recorded plugin that no longer imports says so itself
+            raise
         except Exception as exc:
             first = str(exc).splitlines()[0]
             raise UserError(f"{self.config_path} is not a valid config ({first})", "fix or remove it")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import grpolab
 from grpolab.config import LabConfig, config_to_dict
+from grpolab.errors import UserError
 from grpolab.files import output_folder, output_target, write_output
 from grpolab.trl.settings import TRL_VERSION, Setting, grpo_settings, lora_settings, unsupported
 
@@ -221,7 +222,14 @@ def export_trl(
 
     Both follow the output rules of `grpolab.files.output_target` (a link or a device is written through, never
     replaced; no folder is made but `accelerate_dir` itself), checked before anything is written; `flags` name
-    the options in the UserError."""
+    the options in the UserError. The script imports the config's plugins (by their recorded paths or names) before
+    it reads its config; a standalone script cannot carry them and is refused."""
+    if standalone and cfg.plugins:
+        raise UserError(
+            f"--standalone bundles grpolab alone, not the plugins {', '.join(cfg.plugins)}",
+            "export without --standalone (the script then imports the plugins from where they are), or install "
+            "grpolab and the plugins where the script runs",
+        )
     script = output_target(out, flags[0])
     if accelerate_dir is not None:
         output_folder(accelerate_dir, flags[1])

@@ -97,6 +97,7 @@ def lora_settings(cfg: LabConfig) -> list[Setting] | None:
 # ---- the fate of every config field on TRL ------------------------------------------------------------------
 
 MAPPED: dict[str, str] = {
+    "plugins": "imported by the script before its config is read (their rewards and environments)",
     "env": "the dataset rows and the lab rollout (`prompt_rows`, `LabRollout`)",
     "model": "the model TRL trains",
     "seed": "GRPOConfig.seed and the lab rollout's sampling seeds",

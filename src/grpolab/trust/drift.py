@@ -15,6 +15,10 @@ overall mean stands in for a verdict with no episode at the start). The alarm fi
     |delta| >= watch.drift_z * max(sd0, floor)   and   |delta| >= watch.drift_rel * max(|mean0|, floor)
 (sd0: the start's per-episode standard deviation; floor: the smallest change that means something for that
 statistic, `FLOORS`), or when a hack class's share (`HACK_CLASSES`) grew by at least `watch.drift_share`.
+
+A reward component that is not built in (a plugin's, an environment's own) is a statistic too, `component:NAME`
+(its unweighted value per episode): what a user's reward pays for is watched by its name, as the built-in structure
+statistics are.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from grpolab.rewards.components import BUILTIN_NAMES
 from grpolab.rundir.snapshot import finite_number
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
 from grpolab.vocabulary import EPISODES, SUCCESS, behaviour_key, class_key
@@ -36,6 +41,21 @@ FLOORS = {
     "repeated_ngrams": 0.05,
 }
 """The smallest change of each statistic that means something (2 words, half a call, 5% repeated 3-grams)."""
+COMPONENT_FLOOR = 0.1
+"""The same for a user's reward component (`component:NAME`): a tenth of a 0..1 component's range."""
+COMPONENT_STAT = "component:"
+
+
+def component_stats(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """`component:NAME` for each reward component the rows carry that is not built in, in order of appearance."""
+    names = (k for r in rows for k in (r.get("components") or {}) if k not in BUILTIN_NAMES)
+    return [COMPONENT_STAT + n for n in dict.fromkeys(names)]
+
+
+def _stat_value(stats: dict[str, float], row: dict[str, Any], stat: str) -> float | None:
+    if not stat.startswith(COMPONENT_STAT):
+        return stats[stat]
+    return finite_number((row.get("components") or {}).get(stat.removeprefix(COMPONENT_STAT)))
 
 
 def _solved(row: dict[str, Any]) -> bool:
@@ -47,15 +67,18 @@ def step_behaviour(rows: Sequence[dict[str, Any]], thought_required: bool = True
     if not rows:
         return {}
     stats = [episode_stats(str(r.get("text") or "")) for r in rows]
-    solved = [s for s, r in zip(stats, rows) if _solved(r)]
     out: dict[str, float] = {}
-    for name in STATS:
-        xs = [s[name] for s in stats]
+    for name in [*STATS, *component_stats(rows)]:
+        values = [(_stat_value(s, r, name), _solved(r)) for s, r in zip(stats, rows)]
+        xs = [x for x, _ in values if x is not None]
+        if not xs:  # a component that failed (NaN) on every episode of the step
+            continue
         m = sum(xs) / len(xs)
         out[behaviour_key(name)] = m
         out[behaviour_key(name, "sd")] = math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
-        if solved:
-            out[behaviour_key(name, "solved")] = sum(s[name] for s in solved) / len(solved)
+        good = [x for x, ok in values if ok and x is not None]
+        if good:
+            out[behaviour_key(name, "solved")] = sum(good) / len(good)
     labels = [classify_episode(r, thought_required) for r in rows]
     for c in CLASSES:
         out[class_key(c)] = labels.count(c) / len(labels)
@@ -109,12 +132,14 @@ def drift_alarms(history: Sequence[dict[str, Any]], window: int, z: float, rel: 
         return {}
     first, last = rows[:window], rows[-window:]
     alarms: dict[str, str] = {}
-    for stat in STATS:
+    prefix = behaviour_key(COMPONENT_STAT)
+    components = dict.fromkeys(k.removeprefix("behaviour/") for r in last for k in r if k.startswith(prefix))
+    for stat in [*STATS, *(c for c in components if "/" not in c)]:
         a, b = _pooled(first, stat), _pooled(last, stat)
         if a is None or b is None:
             continue
         delta = within_verdict_change(a, b)
-        floor = FLOORS[stat]
+        floor = FLOORS.get(stat, COMPONENT_FLOOR)
         if abs(delta) >= z * max(a["sd"], floor) and abs(delta) >= rel * max(abs(a["all"]), floor):
             alarms[f"drift:{stat}"] = (
                 f"{stat} {a['all']:.2f} -> {b['all']:.2f} per episode ({delta:+.2f} within verdicts, "

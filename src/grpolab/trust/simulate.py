@@ -23,7 +23,8 @@ import numpy as np
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, default_weights, standard_names
+from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, standard_names
+from grpolab.rewards.rubric import BUILTIN_RUBRIC, rubric_of
 from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
@@ -129,7 +130,8 @@ def measure_profiles(
         "code_block_only": code_block_only,
     }
     tasks = env.tasks("train")[:n_tasks]
-    names = [*standard_names(), *(n for n in weights or {} if n not in standard_names())]
+    rubric = rubric_of(env)  # the env's own components and the plugins' are measured as the built-ins are
+    names = rubric.scored(rubric.resolve(weights or {}))
     unit = dict.fromkeys(names, 1.0)
     profiles: dict[str, ClassProfile] = {}
     for name, build in builders.items():
@@ -195,7 +197,7 @@ def _refuse_huge(table: np.ndarray, weights: dict[str, float]) -> None:
     worst = float(np.abs(table).max()) if np.isfinite(table).all() else math.inf
     if worst > MAX_CLASS_REWARD:
         given = ", ".join(f"{k} {v:g}" for k, v in weights.items())
-        defaults = ",".join(f"{w:g}" for w in default_weights().values())
+        defaults = ",".join(f"{w:g}" for w in BUILTIN_RUBRIC.default_weights().values())
         raise UserError(
             f"the reward weights ({given}) pay a class {worst:g} per episode, beyond the simulator's "
             f"{MAX_CLASS_REWARD:g}: its curves would not be finite",

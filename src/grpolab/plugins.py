@@ -1,0 +1,146 @@
+"""Plugins: user modules imported before a config is validated, so that their environments and rewards exist.
+
+A plugin is named by the config's `plugins` list or by `--plugin`, as a module name or as a path to a `.py` file or
+a package folder. Paths are relative to the config file's folder (to the working directory for `--plugin`); a
+module name is looked up first as NAME.py or NAME/ in that folder, then on `sys.path`. `resolve_plugins` turns
+each into what a run records in its config.json: an absolute path for anything found as a file, the module name
+for an installed module. `LabConfig` imports the recorded plugins before it validates (`import_plugins`), so every
+later command on a run (resume, eval, compare, report, export, chat, the lab, the exported TRL script) loads them
+by itself.
+
+Importing a plugin runs its code, as `--env module:Class` does: plugins are code the user chose to run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+
+from grpolab.errors import UserError
+
+_LOADED: dict[str, ModuleType] = {}
+"""Plugins imported in this process, by their resolved name: each is imported once."""
+
+
+def is_path(spec: str) -> bool:
+    """Whether a plugin is named by a path (`my_rewards.py`, `plugins/tasks`) rather than a module name."""
+    return spec.endswith(".py") or "/" in spec or os.sep in spec
+
+
+def resolve_plugin(spec: str, base: Path) -> str:
+    """The plugin as a run records it: an absolute path (a file or package folder), or an installed module's name.
+
+    `base` is the folder relative paths and local module names are read from (the config file's folder)."""
+    spec = spec.strip()
+    if not spec:
+        raise UserError("an empty plugin name", 'name a module or a .py file, e.g. plugins = ["my_rewards"]')
+    if is_path(spec):
+        path = (base / spec).resolve()
+        if not (path.is_file() or (path / "__init__.py").is_file()):
+            raise UserError(
+                f"plugin {spec!r} not found: {path} is not a .py file or a package folder",
+                f"fix the path (relative to {base})",
+            )
+        return str(path)
+    if not all(part.isidentifier() for part in spec.split(".")):
+        raise UserError(f"plugin {spec!r} is not a module name", "name a module (my_rewards) or a .py file")
+    local = base / Path(*spec.split("."))
+    for candidate in (local.with_suffix(".py"), local / "__init__.py"):
+        if candidate.is_file():
+            return str(candidate.parent.resolve() if candidate.name == "__init__.py" else candidate.resolve())
+    return spec
+
+
+def resolve_plugins(specs: Iterable[str], base: Path) -> list[str]:
+    """`resolve_plugin` for each, in order, each once."""
+    resolved: list[str] = []
+    for spec in specs:
+        r = resolve_plugin(spec, base)
+        if r not in resolved:
+            resolved.append(r)
+    return resolved
+
+
+def import_plugins(specs: Iterable[str]) -> list[ModuleType]:
+    """Import each resolved plugin (a path or a module name), once per process. A plugin that is not found or
+    fails to import is a UserError naming it, what was searched and the fix."""
+    return [import_plugin(spec) for spec in specs]
+
+
+def import_plugin(spec: str) -> ModuleType:
+    """One plugin: a module name on sys.path, or a path (relative ones from the working directory)."""
+    if spec in _LOADED:
+        return _LOADED[spec]
+    module = _import_path(Path(spec).resolve()) if is_path(spec) else _import_name(spec)
+    _LOADED[spec] = module
+    return module
+
+
+def _import_name(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            searched = ", ".join(p or "." for p in sys.path)
+            raise UserError(
+                f"plugin {name!r} not found: no {name}.py or {name}/ in the config file's folder (the working "
+                f"directory for --plugin), and no module {name!r} on sys.path ({searched})",
+                f'name its file (plugins = ["path/to/{name.split(".")[-1]}.py"], relative to the config file), '
+                "put its folder on PYTHONPATH, or pip install it",
+            ) from None
+        raise _failed(name, exc) from None
+    except Exception as exc:  # whatever the module raises on import is a bad plugin, not a crash
+        raise _failed(name, exc) from None
+
+
+def _import_path(path: Path) -> ModuleType:
+    package = path.is_dir()
+    init = path / "__init__.py" if package else path
+    if not init.is_file():
+        raise UserError(f"plugin {str(path)!r} not found (no such file)", "fix the path, or remove the plugin")
+    name = path.name if package else path.stem
+    if not name.isidentifier():
+        raise UserError(f"plugin {str(path)!r}: {name!r} is not a module name", "rename it (letters, digits, _)")
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", "") or "").resolve() == init.resolve():
+            return loaded
+        raise UserError(
+            f"plugin {str(path)!r}: a module named {name!r} is already loaded ({getattr(loaded, '__file__', '?')})",
+            "rename the plugin file",
+        )
+    # its folder goes on sys.path so that the plugin can import its siblings (a tools module beside a rewards one)
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location(
+        name, init, submodule_search_locations=[str(path)] if package else None
+    )
+    if spec is None or spec.loader is None:
+        raise UserError(f"plugin {str(path)!r} cannot be imported", "name a .py file or a package folder")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # registered first: `--env NAME:Class` and the module's own imports find it
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        del sys.modules[name]
+        if not isinstance(exc, Exception):
+            raise
+        raise _failed(str(path), exc) from None
+    return module
+
+
+def _failed(name: str, exc: Exception) -> UserError:
+    """A plugin whose code raised on import: the error and the line it came from."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return UserError(
+        f"plugin {name!r} failed to import ({type(exc).__name__}: {exc}{where})",
+        "fix the plugin (python -c 'import it' shows the whole traceback), or remove it from plugins / --plugin",
+    )
