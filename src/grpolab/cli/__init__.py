@@ -67,7 +67,8 @@ def config(
     """Print the resolved configuration (defaults < TOML file < flags), its reward weights checked against the
     environment's rubric."""
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
-    check_weights(cfg, env_for(cfg))  # an unknown reward name is refused here as where it is scored
+    environment = env_for(cfg)
+    check_weights(cfg, environment)  # an unknown reward name is refused here as where it is scored
     if json:
         print_json(config_to_dict(cfg))
         return
@@ -75,7 +76,7 @@ def config(
         # values are the user's (model names, data paths) and "[reward]" would read as a markup tag
         line = f"{section} = {values!r}" if not isinstance(values, dict) else f"[{section}] {values}"
         console.print(line, markup=False)
-    choice = resolve_precision(cfg, env_for(cfg))
+    choice = resolve_precision(cfg, environment)
     console.print(f"train.precision {choice.requested} -> {choice.chosen} on this host: {choice.why}", markup=False)
 
 

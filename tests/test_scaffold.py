@@ -1,0 +1,55 @@
+"""`grpolab new-env`: the folder it writes is a working environment, and it never overwrites a user's files."""
+
+import json
+import subprocess
+import sys
+
+from grpolab.config import load_config
+from grpolab.envs import env_for
+from grpolab.rewards.rubric import rubric_of
+from grpolab.scaffold import unit_tasks
+
+
+def test_new_env_writes_a_folder_whose_own_tests_pass(tmp_path, cli):
+    code, out, _ = cli("new-env", "my_env", "--into", str(tmp_path))
+    assert code == 0 and "grpolab check" in out
+    folder = tmp_path / "my_env"
+    assert {p.name for p in folder.iterdir()} >= {"tools.py", "rewards.py", "config.toml", "tasks.jsonl", "README.md"}
+    # its tests: the tool, the rows, and `grpolab check --model tiny` (the probes score below honest work)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "test_my_env.py")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 passed" in done.stdout
+
+
+def test_the_new_env_loads_its_tasks_tools_and_reward(tmp_path, cli):
+    cli("new-env", "units", "--into", str(tmp_path))
+    cfg = load_config(tmp_path / "units" / "config.toml")
+    env = env_for(cfg)
+    assert len(env.tasks("train")) == 96 and len(env.tasks("heldout")) == 24
+    assert list(env.toolbox.tools) == ["convert"]
+    assert "names_unit" in rubric_of(env).components and cfg.reward.weights["names_unit"] == 0.5
+    call = env.tasks("heldout")[0].reference_calls[0]
+    assert env.toolbox.tools["convert"].run(call[1])["value"] == env.tasks("heldout")[0].truth
+
+
+def test_new_env_refuses_a_folder_with_files_and_a_name_that_is_a_path(tmp_path, cli):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "mine.txt").write_text("keep me")
+    code, _, err = cli("new-env", "taken", "--into", str(tmp_path))
+    assert code == 2 and "not empty" in err
+    assert (tmp_path / "taken" / "mine.txt").read_text() == "keep me"
+    code, _, err = cli("new-env", "../escape", "--into", str(tmp_path))
+    assert code == 2 and "plain folder name" in err
+
+
+def test_generated_rows_are_the_same_for_a_seed_and_hold_out_every_fifth():
+    rows = unit_tasks(30, seed=3)
+    assert json.dumps(rows) == json.dumps(unit_tasks(30, seed=3)) != json.dumps(unit_tasks(30, seed=4))
+    assert len({r["id"] for r in rows}) == 30
+    assert [i for i, r in enumerate(rows) if r["split"] == "heldout"] == [4, 9, 14, 19, 24, 29]
