@@ -47,7 +47,10 @@ def run_arm(config: Path, out: Path, overrides: dict[str, Any], fresh: bool = Fa
     finished = json.loads(done.read_text()) if not fresh and done.is_file() else {}
     # read back only a run made from this very config: the same overrides of another config file (or of this file
     # since edited) record another config.json
-    if finished.get("overrides") == overrides and RunDir(out).read_config() == cfg:
+    same = {"train": {"precision"}}  # auto is recorded as what it chose
+    if finished.get("overrides") == overrides and RunDir(out).read_config().model_dump(exclude=same) == cfg.model_dump(
+        exclude=same
+    ):
         minutes = finished["minutes"]
     else:
         if out.exists():
