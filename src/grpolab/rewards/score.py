@@ -92,15 +92,16 @@ def score_transcript(
     """Score an assistant transcript (tool responses included) by re-executing its calls.
 
     `gen_tokens` is the number of policy tokens when the caller has them (the trainer); otherwise the model's own
-    text is counted with `count_tokens` (default: the embedded model's tokenizer).
+    text is counted with `count_tokens` (the run's model's: `models.model_token_counter(cfg.model)`; default: the
+    embedded model's tokenizer).
     """
     weights = dict(default_weights() if weights is None else weights)
     r = replay(env, task, text)
     if gen_tokens is None:
         if count_tokens is None:
-            from grpolab.models import default_token_counter
+            from grpolab.models import EMBEDDED, model_token_counter
 
-            count_tokens = default_token_counter()
+            count_tokens = model_token_counter(EMBEDDED)
         gen_tokens = count_tokens(r.generated_text)
     ctx = RewardContext(gen_tokens=gen_tokens, length_unit=length_unit, thought_min_words=thought_min_words)
     components, reasons, errors = {}, {}, {}
