@@ -27,6 +27,7 @@ THINK_TAG = "think"
 thought, and such a model is asked for it (`grpolab.formats.thought_tag_of`)."""
 THOUGHT_TAGS = (THOUGHT_TAG, THINK_TAG)
 _TAG_RE = re.compile(r"<(/?)(thought|think|tool_call|tool_response)>")
+_THOUGHT_BLOCK = re.compile(r"<thought>(.*?)</thought>\n?", re.S)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|$)", re.S | re.I)
 _PYTHON_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.I)
 MAX_ERRORS = 20  # a megabyte of junk tags should not produce a megabyte of error strings
@@ -187,6 +188,13 @@ def render_thought(text: str, tag: str = THOUGHT_TAG) -> str:
     return f"<{tag}>{text}</{tag}>\n"
 
 
+def retag_thoughts(text: str, tag: str) -> str:
+    """`text` (a prompt's example written in the lab's tags) with each `<thought>` block rendered in `tag`."""
+    if tag == THOUGHT_TAG:
+        return text
+    return _THOUGHT_BLOCK.sub(lambda m: render_thought(m.group(1), tag), text)
+
+
 def opening_thought_end(turn: str) -> int | None:
     """Where a turn's opening thought block ends (just past its closing tag), 0 when the turn opens with none
     (leading whitespace aside), None while that block is still open."""
@@ -246,7 +254,7 @@ def render_system_prompt(
     protocol = protocol.replace("{thought}", thought_instruction(thought_required, thought_tag))
     parts = [task_instructions.strip(), protocol, f"Tools:\n{tools}"]
     if example:
-        parts.append(f"Example:\n{example.strip()}")
+        parts.append(f"Example:\n{retag_thoughts(example, thought_tag).strip()}")
     return "\n\n".join(parts)
 
 
