@@ -22,9 +22,12 @@ from grpolab.engine.policy import build_policy
 from grpolab.engine.sft import reference_tokens
 from grpolab.engine.trainer import GRPOTrainer, sampler_logp
 from grpolab.envs import env_for
+from grpolab.models import build_tiny_model, load_tokenizer
 from grpolab.rewards.components import register_reward, unregister_reward
 
 TINY = {"model": "tiny", "rollout.group_size": 2, "rollout.max_new_tokens": 24, "train.prompts_per_step": 2}
+ARCHITECTURES = ["tiny", "tiny-qwen3", "tiny-mistral"]
+"""The tiny random models: the embedded Llama architecture, Qwen3 (q/k norms in attention) and Mistral."""
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +37,46 @@ def tiny():
     return cfg, model, tok
 
 
-def test_the_fast_decoder_drives_the_embedded_architecture(tiny):
-    _, model, _ = tiny
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def tiny_arch(request):
+    """(cfg, policy, tokenizer) of each tiny architecture."""
+    cfg = load_config(None, {**TINY, "model": request.param})
+    model, tok, _ = build_policy(cfg)
+    return cfg, model, tok
+
+
+def test_the_fast_decoder_drives_the_embedded_architecture(tiny_arch):
+    cfg, model, _ = tiny_arch
     assert supports(model)
+    expected = {"tiny": "llama", "tiny-qwen3": "qwen3", "tiny-mistral": "mistral"}[cfg.model]
+    assert model.get_base_model().config.model_type == expected
+
+
+def test_a_sliding_window_in_force_decodes_through_the_model(finance):
+    """The ragged decoder attends to every earlier token, so a Mistral whose window is in force falls back to
+    `model.forward`, and that rollout still records the policy's own log-probs."""
+    tok = load_tokenizer()
+    model = build_tiny_model(len(tok), architecture="mistral").eval()
+    assert supports(model)
+    model.config.sliding_window = 64
+    assert not supports(model)
+    cfg = load_config(None, {**TINY, "model": "tiny-mistral"})
+    settings = rollout.sampling_settings(cfg, greedy=True)
+    (e,) = rollout.run_episodes(model, tok, finance, [finance.task("pct_change-ACME-Q3")], 1, settings)
+    seq = torch.tensor([e.prompt_ids + e.completion_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=seq).logits[0].float(), -1)
+    n = len(e.prompt_ids)
+    want = [float(logp[n + i - 1, t]) for i, t in enumerate(e.completion_ids)]
+    assert len(e.logprobs) == len(want) > 0
+    assert max(abs(a - b) for a, b in zip(e.logprobs, want)) < 1e-4
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct-attention", "sdpa"])
-def test_ragged_decoding_matches_the_full_forward(tiny, finance, direct):
+def test_ragged_decoding_matches_the_full_forward(tiny_arch, finance, direct):
     """Rows of different lengths, a tool-response chunk fed to one row, rows leaving: every next-token
     distribution equals the plain forward over the whole sequence (1e-5), whichever attention one-token steps use."""
-    _, model, tok = tiny
+    _, model, tok = tiny_arch
     seqs = []
     for task_id in ("pct_change-ACME-Q3", "eps_surprise-ACME-Q2", "revenue_growth-ACME-Q1Q2"):
         prompt, completion, _ = reference_tokens(tok, finance, finance.task(task_id))
@@ -75,10 +108,11 @@ def test_ragged_decoding_matches_the_full_forward(tiny, finance, direct):
     assert max(errors) < 1e-5 and len(errors) > 90
 
 
-def test_fused_rollout_weights_give_the_policy_and_the_reference(finance):
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_fused_rollout_weights_give_the_policy_and_the_reference(finance, name):
     """LoRA merged into fused q/k/v and gate/up matrices: the decoder's next-token log-probs equal the peft model's
     with adapters on (the policy) and, built under disable_adapter(), with them off (the reference)."""
-    cfg = load_config(None, TINY)
+    cfg = load_config(None, {**TINY, "model": name})
     model, tok, _ = build_policy(cfg)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -242,8 +276,12 @@ def text_length_reward():
     unregister_reward("text_length")
 
 
-def test_an_int8_run_trains_and_logs_the_mismatch(text_length_reward):
-    cfg = load_config(None, {**TINY, "rollout.engine": "int8", "reward.weights": text_length_reward})
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_an_int8_run_trains_and_logs_the_mismatch(text_length_reward, name):
+    """One GRPO update from an int8 rollout and one from the exact engine, on each tiny architecture: the exact
+    engine's rollout log-probs are the trainer's (no mismatch)."""
+    tiny = {**TINY, "model": name}
+    cfg = load_config(None, {**tiny, "rollout.engine": "int8", "reward.weights": text_length_reward})
     model, tok, ref = build_policy(cfg)
     trainer = GRPOTrainer(model, tok, env_for(cfg), cfg, ref)
     assert not trainer.sampler.exact and trainer.sampler.model is not model
@@ -254,10 +292,13 @@ def test_an_int8_run_trains_and_logs_the_mismatch(text_length_reward):
     # the sampler's adapters are the policy's own parameters: it follows the update without a copy
     shared = {id(p) for p in trainer.sampler.model.parameters()}
     assert all(id(p) in shared for p in model.parameters() if p.requires_grad)
-    exact_cfg = load_config(None, {**TINY, "reward.weights": text_length_reward})
+    exact_cfg = load_config(None, {**tiny, "reward.weights": text_length_reward})
     exact = GRPOTrainer(model, tok, env_for(exact_cfg), exact_cfg, ref)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     m_exact = exact.step(1).metrics
     assert m_exact["mismatch/kl"] < 1e-6 and m_exact["mismatch/ratio_out"] == 0.0
+    assert m_exact["skipped"] == 0
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
 
 
 def test_an_int8_run_with_several_epochs_takes_its_old_log_probs_from_the_policy_not_the_sampler(
@@ -297,10 +338,10 @@ def _scripted(script: dict[str, list[int]]):
     return choose
 
 
-def test_batched_rollout_with_tool_turns_equals_one_episode_at_a_time(tiny, finance):
+def test_batched_rollout_with_tool_turns_equals_one_episode_at_a_time(tiny_arch, finance):
     """Tool responses enter as chunks and finished episodes leave the batch: the same tokens, masks and log-probs
     as decoding each episode alone. The tokens are the references' (2 or 3 tool calls each, different lengths)."""
-    cfg, model, tok = tiny
+    cfg, model, tok = tiny_arch
     tasks = [finance.task(t) for t in ("pct_change-ACME-Q3", "eps_surprise-ACME-Q2", "revenue_growth-ACME-Q1Q2")]
     refs = {t.id: reference_tokens(tok, finance, t) for t in tasks}
     choose = _scripted({tid: ids for tid, (_, ids, _) in refs.items()})

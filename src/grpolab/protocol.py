@@ -1,6 +1,6 @@
 """The episode protocol of docs/design.md: parse an assistant transcript into segments, and render the pieces.
 
-    <thought>...</thought>            optional reasoning
+    <thought>...</thought>            optional reasoning (`<think>...</think>` for a model whose own format has it)
     <tool_call>{"name": ..., "arguments": {...}}</tool_call>
     <tool_response>{...}</tool_response>   written by the environment, never by the model
     final answer                       the text after the last tool response
@@ -20,8 +20,14 @@ from typing import Any, Literal
 TAGS = ("thought", "tool_call", "tool_response")
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
-THOUGHT_OPEN, THOUGHT_CLOSE = "<thought>", "</thought>"
-_TAG_RE = re.compile(r"<(/?)(thought|tool_call|tool_response)>")
+THOUGHT_TAG = "thought"
+"""The lab's own thought tag (what the embedded SmolLM2 learns)."""
+THINK_TAG = "think"
+"""The reasoning block of models whose own format has one (Qwen3, DeepSeek-R1, SmolLM3): the parser reads it as a
+thought, and such a model is asked for it (`grpolab.formats.thought_tag_of`)."""
+THOUGHT_TAGS = (THOUGHT_TAG, THINK_TAG)
+_TAG_RE = re.compile(r"<(/?)(thought|think|tool_call|tool_response)>")
+_THOUGHT_BLOCK = re.compile(r"<thought>(.*?)</thought>\n?", re.S)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|$)", re.S | re.I)
 _PYTHON_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.I)
 MAX_ERRORS = 20  # a megabyte of junk tags should not produce a megabyte of error strings
@@ -117,39 +123,44 @@ def parse_transcript(text: str) -> ParsedTranscript:
 
     Tags do not nest: an opening tag inside an open block is an error and the block continues; a stray closing
     tag is an error and is kept as text; a block left open runs to the end of the text (marked `closed=False`).
+    `<think>` and `<thought>` both open a thought segment, each closed by its own closing tag.
     """
     result = ParsedTranscript()
     if not isinstance(text, str):
         result._note(f"transcript is {type(text).__name__}, not text")
         return result
     pos = 0
-    open_kind: str | None = None
+    open_tag: str | None = None
     open_start = 0
     for m in _TAG_RE.finditer(text):
-        closing, kind = m.group(1) == "/", m.group(2)
-        if open_kind is None:
+        closing, tag = m.group(1) == "/", m.group(2)
+        if open_tag is None:
             if closing:
-                result._note(f"stray </{kind}> with no opening tag")
+                result._note(f"stray </{tag}> with no opening tag")
                 continue  # keep it as text: it is part of the next text segment
             if m.start() > pos:
                 result.segments.append(Segment("text", text[pos : m.start()]))
-            open_kind, open_start = kind, m.end()
-        elif closing and kind == open_kind:
-            result.segments.append(_block(open_kind, text[open_start : m.start()], closed=True))
-            open_kind, pos = None, m.end()
+            open_tag, open_start = tag, m.end()
+        elif closing and tag == open_tag:
+            result.segments.append(_block(_kind(open_tag), text[open_start : m.start()], closed=True))
+            open_tag, pos = None, m.end()
         elif closing:
-            result._note(f"</{kind}> inside <{open_kind}>")
+            result._note(f"</{tag}> inside <{open_tag}>")
         else:
-            result._note(f"<{kind}> nested inside <{open_kind}>")
-    if open_kind is not None:
-        result._note(f"<{open_kind}> is never closed")
-        result.segments.append(_block(open_kind, text[open_start:], closed=False))
+            result._note(f"<{tag}> nested inside <{open_tag}>")
+    if open_tag is not None:
+        result._note(f"<{open_tag}> is never closed")
+        result.segments.append(_block(_kind(open_tag), text[open_start:], closed=False))
     elif pos < len(text):
         result.segments.append(Segment("text", text[pos:]))
     for seg in result.segments:
         if seg.call is not None and seg.call.error:
             result._note(seg.call.error)
     return result
+
+
+def _kind(tag: str) -> str:
+    return "thought" if tag in THOUGHT_TAGS else tag
 
 
 def _block(kind: str, body: str, closed: bool) -> Segment:
@@ -169,8 +180,31 @@ def render_tool_response(response: dict[str, Any]) -> str:
     return f"\n{TOOL_RESPONSE_OPEN}\n{json.dumps(response)}\n{TOOL_RESPONSE_CLOSE}\n"
 
 
-def render_thought(text: str) -> str:
-    return f"{THOUGHT_OPEN}{text}{THOUGHT_CLOSE}\n"
+def render_thought(text: str, tag: str = THOUGHT_TAG) -> str:
+    """A thought block as a model writes it: `<thought>...</thought>` and a newline, or a `<think>` block laid out
+    as the chat templates that have one render it (Qwen3: newlines inside, a blank line after)."""
+    if tag == THINK_TAG:
+        return f"<think>\n{text}\n</think>\n\n"
+    return f"<{tag}>{text}</{tag}>\n"
+
+
+def retag_thoughts(text: str, tag: str) -> str:
+    """`text` (a prompt's example written in the lab's tags) with each `<thought>` block rendered in `tag`."""
+    if tag == THOUGHT_TAG:
+        return text
+    return _THOUGHT_BLOCK.sub(lambda m: render_thought(m.group(1), tag), text)
+
+
+def opening_thought_end(turn: str) -> int | None:
+    """Where a turn's opening thought block ends (just past its closing tag), 0 when the turn opens with none
+    (leading whitespace aside), None while that block is still open."""
+    text = turn.lstrip()
+    start = len(turn) - len(text)
+    for tag in THOUGHT_TAGS:
+        if text.startswith(f"<{tag}>"):
+            close = text.find(f"</{tag}>")
+            return None if close < 0 else start + close + len(f"</{tag}>")
+    return start
 
 
 def response_json(segment_text: str) -> Any:
@@ -197,8 +231,13 @@ Make one call for each thing the request asks for (a request for one thing gets 
 Never write <tool_response>. {thought}"""
 """The protocol for environments whose calls are the answer (`executes_tools = False`, BFCL): nothing comes back,
 so the answer ends after its last call (as the reference answers do)."""
-THOUGHT_REQUIRED = "Start every turn with your reasoning inside <thought>...</thought>."
-THOUGHT_OPTIONAL = "You may think first inside <thought>...</thought>."
+
+
+def thought_instruction(required: bool = True, tag: str = THOUGHT_TAG) -> str:
+    """The prompt's sentence on thinking: every turn opens with a thought block, or one may."""
+    if required:
+        return f"Start every turn with your reasoning inside <{tag}>...</{tag}>."
+    return f"You may think first inside <{tag}>...</{tag}>."
 
 
 def render_system_prompt(
@@ -207,14 +246,15 @@ def render_system_prompt(
     example: str = "",
     thought_required: bool = True,
     calls_are_the_answer: bool = False,
+    thought_tag: str = THOUGHT_TAG,
 ) -> str:
     """The system prompt: the task instructions, the protocol, the tools as JSON schemas and an optional example."""
     tools = "\n".join(json.dumps(s["function"] if "function" in s else s) for s in tool_schemas)
     protocol = PROTOCOL_CALLS_ARE_THE_ANSWER if calls_are_the_answer else PROTOCOL_INSTRUCTIONS
-    protocol = protocol.replace("{thought}", THOUGHT_REQUIRED if thought_required else THOUGHT_OPTIONAL)
+    protocol = protocol.replace("{thought}", thought_instruction(thought_required, thought_tag))
     parts = [task_instructions.strip(), protocol, f"Tools:\n{tools}"]
     if example:
-        parts.append(f"Example:\n{example.strip()}")
+        parts.append(f"Example:\n{retag_thoughts(example, thought_tag).strip()}")
     return "\n\n".join(parts)
 
 

@@ -37,7 +37,7 @@ from grpolab.envs import env_for
 from grpolab.envs.base import question_task
 from grpolab.errors import UserError
 from grpolab.files import output_folder, read_json
-from grpolab.formats import stop_token_ids
+from grpolab.formats import stop_token_ids, thought_tag_of
 from grpolab.metrics import heldout_summary
 from grpolab.vocabulary import HELDOUT_SUCCESS
 
@@ -208,6 +208,7 @@ def export_run(
         gguf_path = tmp / GGUF_DIR / f"{out.name}.{gguf_type}.gguf"
         info = write_gguf(model, tokenizer, gguf_path, run.name, gguf_type) if gguf else None
         gguf_name = f"{GGUF_DIR}/{gguf_path.name}" if info else None
+        env.thought_tag = thought_tag_of(tokenizer)
         system = env.system_prompt() if cfg.rollout.format == "inline" else env.chat_instructions(question_task(""))
         (tmp / MANIFEST).write_text(json.dumps(_manifest(run, step, cfg, system, gguf_name), indent=2))
         (tmp / "README.md").write_text(_model_card(run, step, cfg, gguf_name))

@@ -197,6 +197,7 @@ def reward_score(
 ) -> None:
     """Score an assistant transcript (tool responses included) by re-executing its tool calls."""
     from grpolab.cli.inputs import completion_text
+    from grpolab.models import model_token_counter
     from grpolab.rewards.score import score_transcript
 
     cfg = resolve_config(config, env, weights=weights, plugins=plugin)
@@ -204,7 +205,13 @@ def reward_score(
     t = e.task(task)
     text = completion_text(completion)
     s = score_transcript(
-        e, t, text, cfg.reward.weights, cfg.reward.length_unit, thought_min_words=cfg.reward.thought_min_words
+        e,
+        t,
+        text,
+        cfg.reward.weights,
+        cfg.reward.length_unit,
+        count_tokens=model_token_counter(cfg.model),
+        thought_min_words=cfg.reward.thought_min_words,
     )
     if json:
         print_json(s.to_json())

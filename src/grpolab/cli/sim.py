@@ -121,7 +121,7 @@ def simulate(
 ) -> None:
     """Simulate GRPO on a behaviour-level policy whose class rewards are measured with the real reward."""
     from grpolab.envs import env_for
-    from grpolab.models import default_token_counter
+    from grpolab.models import model_token_counter
     from grpolab.rundir import RunDir
     from grpolab.trust.simulate import DEFAULT_PRIOR, fit_lr, measure_profiles, prior_from_rows, sim_to_real
     from grpolab.trust.simulate import simulate as run_sim
@@ -134,7 +134,7 @@ def simulate(
     environment = env_for(cfg)
     profiles = measure_profiles(
         environment,
-        default_token_counter(),
+        model_token_counter(cfg.model),
         cfg.reward.length_unit,
         weights=cfg.reward.weights,
         thought_min_words=cfg.reward.thought_min_words,

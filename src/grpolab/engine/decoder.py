@@ -46,6 +46,8 @@ def supports(model: Any) -> bool:
     cfg = getattr(lm, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
         return False
+    if getattr(cfg, "sliding_window", None) is not None and getattr(cfg, "use_sliding_window", True):
+        return False  # a window in force (mistral's, unless null): attention here sees every earlier token
     if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "layer_types", None) not in (None, []):
         types = set(getattr(cfg, "layer_types", None) or [])
         if types - {"full_attention"}:

@@ -29,9 +29,9 @@ from grpolab.config import LabConfig
 from grpolab.engine.decoder import FastDecoder, supports
 from grpolab.engine.phases import NO_PHASES, Phases
 from grpolab.envs.base import Environment, Evidence, Task
-from grpolab.formats import ChatTemplateFormat, InlineFormat, episode_format
+from grpolab.formats import InlineFormat, episode_format
 from grpolab.models import cache_keyword, cache_of
-from grpolab.protocol import THOUGHT_CLOSE, THOUGHT_OPEN, TOOL_CALL_CLOSE
+from grpolab.protocol import TOOL_CALL_CLOSE, opening_thought_end
 from grpolab.rewards.replay import respond_to_call
 from grpolab.rewards.score import Score
 
@@ -128,14 +128,9 @@ def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator 
 
 
 def answer_start(turn: str) -> int | None:
-    """Where the answer may begin in the policy's text of a turn: after the turn's thought when it opens one, None
-    while that thought is still open."""
-    text = turn.lstrip()
-    start = len(turn) - len(text)
-    if not text.startswith(THOUGHT_OPEN):
-        return start
-    close = text.find(THOUGHT_CLOSE)
-    return None if close < 0 else start + close + len(THOUGHT_CLOSE)
+    """Where the answer may begin in the policy's text of a turn: after the turn's thought (`<thought>` or
+    `<think>`) when it opens one, None while that thought is still open."""
+    return opening_thought_end(turn)
 
 
 def answer_end_in_turn(env: Environment, turn: str, evidence: Evidence) -> int | None:
@@ -158,8 +153,7 @@ class TurnRules:
     def __init__(self, tokenizer: Any, env: Environment, s: SamplingSettings, phases: Phases = NO_PHASES):
         self.tokenizer, self.env, self.s, self.phases = tokenizer, env, s, phases
         self.fmt = episode_format(tokenizer, s.format, s.tool_syntax)
-        if isinstance(self.fmt, ChatTemplateFormat):
-            self.fmt.bind(env)
+        self.fmt.bind(env)
         self.stops = self.fmt.stops
         self.pieces: dict[int, str] = {}
         self.close_char = TOOL_CALL_CLOSE[-1]

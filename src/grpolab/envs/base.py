@@ -12,11 +12,12 @@ from typing import Any, Literal
 from grpolab.envs.rubric import Rubric
 from grpolab.errors import UserError
 from grpolab.protocol import (
-    THOUGHT_REQUIRED,
+    THOUGHT_TAG,
     render_system_prompt,
     render_thought,
     render_tool_call,
     render_tool_response,
+    thought_instruction,
 )
 from grpolab.tools import ToolBox
 
@@ -79,6 +80,9 @@ class Environment:
     """False for environments where the calls are the answer (BFCL): nothing runs, generation goes on to the end."""
     thought_required: bool = True
     """The prompt asks every turn to open with a <thought> block, and the format reward checks that it does."""
+    thought_tag: str = THOUGHT_TAG
+    """The tag the prompt asks thoughts in and references write them with; the episode format sets the model's own
+    (`<think>` for a model whose chat template has it: `grpolab.formats.thought_tag_of`). Scoring reads either."""
 
     @property
     def rubric(self) -> Rubric:
@@ -118,13 +122,20 @@ class Environment:
     def system_prompt(self, task: Task | None = None) -> str:
         toolbox = self.toolbox_for(task) if task is not None else self.toolbox
         return render_system_prompt(
-            toolbox.schemas, self.instructions, self.example, self.thought_required, not self.executes_tools
+            toolbox.schemas,
+            self.instructions,
+            self.example,
+            self.thought_required,
+            not self.executes_tools,
+            self.thought_tag,
         )
 
     def chat_instructions(self, task: Task) -> str:
         """The system message in `rollout.format = "chat_template"` mode: the tools and the call syntax are the
         chat template's to render, so only the task instructions (and the thought convention) are the lab's."""
-        return f"{self.instructions.strip()}\n\n{THOUGHT_REQUIRED}" if self.thought_required else self.instructions
+        if not self.thought_required:
+            return self.instructions
+        return f"{self.instructions.strip()}\n\n{thought_instruction(True, self.thought_tag)}"
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         """Chat messages that start an episode (system + user)."""
@@ -145,7 +156,7 @@ class Environment:
 
     def reference_parts(self, task: Task) -> list[tuple[str, bool]]:
         """The reference solution as (text, written_by_policy) pieces; tool responses are the environment's."""
-        policy = render_thought(task.reference_thought) if task.reference_thought else ""
+        policy = render_thought(task.reference_thought, self.thought_tag) if task.reference_thought else ""
         parts: list[tuple[str, bool]] = []
         for name, arguments in task.reference_calls:
             if not self.executes_tools:

@@ -135,7 +135,11 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
         gr.on([c.change for c in export_inputs], export, export_inputs, [script, download], trigger_mode="always_last")
 
         run_outputs = [run_summary, run_cards, run_chart, task, iteration, status, run_changes]
-        run_name.change(lambda n: handlers.run_view(root, n), [run_name], run_outputs)
+
+        def show_run(name):
+            return handlers.run_view(root, name)
+
+        run_name.change(show_run, [run_name], run_outputs)
         refresh.click(lambda: gr.update(choices=views.list_runs(root)), None, [run_name])
         for picker in (task, iteration):
             picker.change(lambda n, t, i: handlers.episode_view(root, n, t, i), [run_name, task, iteration], [episode])
@@ -151,6 +155,7 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
             trigger(lambda n, q: handlers.try_view(root, n, q), [run_name, question], [answer])
 
         page.load(simulate, sim_inputs, [cards, chart, probes])
+        page.load(show_run, [run_name], run_outputs)  # the picker opens on a run: show it (no change event fires)
         page.load(export, export_inputs, [script, download])
     return page
 

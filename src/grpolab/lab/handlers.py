@@ -22,7 +22,7 @@ from grpolab.errors import UserError
 from grpolab.lab import jobs, views
 from grpolab.lab.form import check_simulator, config_from_form
 from grpolab.lab.limits import LabLimits, inside
-from grpolab.models import default_token_counter
+from grpolab.models import model_token_counter
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir
 from grpolab.trust.simulate import SimSettings
@@ -32,14 +32,15 @@ FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowE
 
 
 @lru_cache(maxsize=32)
-def _profiles(env: str, length_unit: int, extra: tuple[str, ...], thought_min_words: int) -> Any:
-    """Class profiles of an environment; `extra`: the weighted components beyond the standard ones."""
+def _profiles(env: str, model: str, length_unit: int, extra: tuple[str, ...], thought_min_words: int) -> Any:
+    """Class profiles of an environment, lengths counted by `model`'s tokenizer; `extra`: the weighted components
+    beyond the standard ones."""
     from grpolab.trust.simulate import measure_profiles
 
     weights = dict.fromkeys(extra, 1.0)
     return measure_profiles(
         env_for(LabConfig(env=env)),
-        default_token_counter(),
+        model_token_counter(model),
         length_unit,
         weights=weights,
         thought_min_words=thought_min_words,
@@ -47,11 +48,11 @@ def _profiles(env: str, length_unit: int, extra: tuple[str, ...], thought_min_wo
 
 
 @lru_cache(maxsize=64)
-def _probes(env: str, weights: tuple[tuple[str, float], ...]) -> dict:
+def _probes(env: str, model: str, weights: tuple[tuple[str, float], ...]) -> dict:
     from grpolab.trust.preflight import probe_report
 
-    cfg = load_config(None, {"env": env, "reward.weights": dict(weights)})
-    return probe_report(env_for(cfg), cfg, default_token_counter(), n_tasks=3)
+    cfg = load_config(None, {"env": env, "model": model, "reward.weights": dict(weights)})
+    return probe_report(env_for(cfg), cfg, model_token_counter(model), n_tasks=3)
 
 
 def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -63,14 +64,14 @@ def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
         lr, steps = check_simulator(values)
         r = cfg.reward
         extra = tuple(sorted(k for k, w in r.weights.items() if w and k not in standard_names()))
-        profiles = _profiles(cfg.env, r.length_unit, extra, r.thought_min_words)
+        profiles = _profiles(cfg.env, cfg.model, r.length_unit, extra, r.thought_min_words)
         result = simulate(profiles, DEFAULT_PRIOR, SimSettings(cfg, steps, lr=lr))
     except FORM_ERRORS as exc:
         msg = views.message(f"cannot simulate this setting: {exc}", "error")
         return msg, msg, msg
     chart = views.chart(result["iterations"], "simulated: reward, kl, tool_token_mass per iteration")
     try:
-        probes = views.preflight_panel(_probes(cfg.env, tuple(sorted(cfg.reward.weights.items()))))
+        probes = views.preflight_panel(_probes(cfg.env, cfg.model, tuple(sorted(cfg.reward.weights.items()))))
     except (UserError, ValueError, KeyError, IndexError) as exc:
         probes = views.message(f"probes unavailable for {cfg.env}: {exc}", "warn")
     return views.sim_cards(result, cfg.grpo.kl_bound), chart, probes

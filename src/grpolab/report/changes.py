@@ -105,6 +105,12 @@ def change_lines(changes: Changes) -> list[str]:
     return lines
 
 
+PAIR_STYLE = "display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em"
+"""Before and after side by side, each half of the width whatever its content (a grid column's minimum is 0)."""
+TRANSCRIPT_STYLE = "white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:.6em;margin:0;font-size:.8em"
+"""A transcript wraps within its column, long JSON and unbroken tokens included (inline: the lab and the report)."""
+
+
 def changes_html(changes: Changes, history: list[dict[str, Any]]) -> str:
     """The "What GRPO changed" section: a table, small multiples over training steps, examples of flagged changes."""
     e = html.escape
@@ -136,8 +142,9 @@ def changes_html(changes: Changes, history: list[dict[str, Any]]) -> str:
     for c in changes.flagged:
         for task_id, before, after in c.examples:
             parts.append(
-                f"<h3>{e(c.name)}: {e(task_id)}</h3><table><tr><th>before</th><th>after</th></tr>"
-                f"<tr><td><pre>{e(before)}</pre></td><td><pre>{e(after)}</pre></td></tr></table>"
+                f"<h3>{e(c.name)}: {e(task_id)}</h3><div class='changed-pair' style='{PAIR_STYLE}'>"
+                f"<div><b>before</b><pre style='{TRANSCRIPT_STYLE}'>{e(before)}</pre></div>"
+                f"<div><b>after</b><pre style='{TRANSCRIPT_STYLE}'>{e(after)}</pre></div></div>"
             )
     return "\n".join(parts)
 

@@ -9,7 +9,7 @@ import html
 import re
 from typing import Any
 
-_TAG = re.compile(r"(&lt;/?(?:thought|tool_call|tool_response)&gt;)")
+_TAG = re.compile(r"(&lt;/?(?:thought|think|tool_call|tool_response)&gt;)")
 
 CSS = """.pair{display:grid;grid-template-columns:1fr 1fr;gap:1em;margin-bottom:1.5em}
 .traj pre{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;padding:.6em;font-size:.8em;margin:0}

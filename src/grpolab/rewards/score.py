@@ -90,7 +90,8 @@ def score_transcript(
     """Score an assistant transcript (tool responses included) by re-executing its calls.
 
     `gen_tokens` is the number of policy tokens when the caller has them (the trainer); otherwise the model's own
-    text is counted with `count_tokens` (default: the embedded model's tokenizer).
+    text is counted with `count_tokens` (the run's model's: `models.model_token_counter(cfg.model)`; default: the
+    embedded model's tokenizer).
     """
     items = [(task, text, gen_tokens)]
     return score_transcripts(env, items, weights, length_unit, count_tokens, thought_min_words)[0]
@@ -115,9 +116,9 @@ def score_transcripts(
     for r, (_, _, gen_tokens) in zip(replays, items):
         if gen_tokens is None:
             if count_tokens is None:
-                from grpolab.models import default_token_counter  # transformers: only when tokens are counted here
+                from grpolab.models import EMBEDDED, model_token_counter  # transformers: only when counted here
 
-                count_tokens = default_token_counter()
+                count_tokens = model_token_counter(EMBEDDED)
             gen_tokens = count_tokens(r.generated_text)
         contexts.append(RewardContext(gen_tokens, length_unit, thought_min_words))
     values: list[dict[str, float]] = [{} for _ in items]

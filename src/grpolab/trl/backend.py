@@ -27,7 +27,7 @@ from grpolab.envs.base import Environment, Task
 from grpolab.errors import UserError
 from grpolab.formats import checked_format
 from grpolab.metrics import success_rate, tool_call_prob
-from grpolab.models import left_padded
+from grpolab.models import left_padded, model_token_counter
 from grpolab.rewards.score import Score, score_transcript
 from grpolab.trl.settings import grpo_settings, lora_settings
 from grpolab.vocabulary import (
@@ -135,7 +135,8 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
     """(reward_funcs, reward_weights) for TRL: one function per lab component, named after it.
 
     Each scores the transcript from the lab rollout (`transcript`, `gen_tokens` fields) or, without them, the
-    completion text. The four functions share one cached score per transcript.
+    completion text (its tokens counted by the config's model). The four functions share one cached score per
+    transcript.
     """
     tasks = env.all_tasks()
 
@@ -148,6 +149,7 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
             cfg.reward.weights,
             cfg.reward.length_unit,
             gen_tokens,
+            count_tokens=model_token_counter(cfg.model),
             thought_min_words=cfg.reward.thought_min_words,
         )
 

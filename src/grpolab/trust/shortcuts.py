@@ -30,11 +30,11 @@ def _with_thought(env: Environment, task: Task, thought: str | None) -> str | No
     """The reference with its opening thought replaced (None: removed)."""
     if not task.reference_thought:
         return None
-    old = render_thought(task.reference_thought)
+    old = render_thought(task.reference_thought, env.thought_tag)
     honest = env.reference_transcript(task)
     if old not in honest:
         return None
-    return honest.replace(old, "" if thought is None else render_thought(thought), 1)
+    return honest.replace(old, "" if thought is None else render_thought(thought, env.thought_tag), 1)
 
 
 def empty_thought(env: Environment, task: Task) -> str | None:
@@ -76,7 +76,7 @@ def repeat_call(env: Environment, task: Task) -> str | None:
         return None
     parts = _parts(env, task)
     call = parts[0][0]
-    thought = render_thought(task.reference_thought) if task.reference_thought else ""
+    thought = render_thought(task.reference_thought, env.thought_tag) if task.reference_thought else ""
     again = call[len(thought) :] if thought and call.startswith(thought) else call
     return parts[0][0] + parts[1][0] + again + parts[1][0] + "".join(text for text, _ in parts[2:])
 
