@@ -224,21 +224,18 @@ def test_train_backend_trl_writes_a_lab_run_dir(tmp_path):
 
 
 def test_exported_script_runs_on_two_cpu_processes_with_accelerate(tmp_path, request):
-    # with a user's TRL-shaped reward from a plugin file: the script imports it before it reads its config
+    # on a user's folder as `grpolab new-env` writes it: tasks from JSONL (env data), a tools module, and a
+    # TRL-shaped reward from a plugin file, which the script imports before it reads its config
     from grpolab.rewards import unregister_reward
+    from grpolab.scaffold import new_env
 
-    request.addfinalizer(lambda: unregister_reward("polite"))  # exporting imported it here too
-    plugin = tmp_path / "trl_script_rewards_q.py"
-    plugin.write_text(
-        "from grpolab.rewards import register_reward\n"
-        "def polite(prompts, completions, **kwargs):\n"
-        "    return [float('please' in c.lower()) for c in completions]\n"
-        "register_reward('polite', polite)\n"
-    )
-    weights = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05, "polite": 0.5}
-    overrides = {**TINY, "train.steps": 2, "train.sft_steps": 1, "plugins": [str(plugin)], "reward.weights": weights}
-    script = _script(tmp_path, overrides)
-    assert str(plugin) in script.read_text()
+    request.addfinalizer(lambda: unregister_reward("names_unit"))  # exporting imported it here too
+    folder = new_env("units", tmp_path)
+    overrides = {**TINY, "env": None, "train.steps": 2, "train.sft_steps": 1}
+    out = tmp_path / "train_grpo.py"
+    export_trl(load_config(folder / "config.toml", overrides), out)
+    script = out
+    assert str(folder / "rewards.py") in script.read_text() and str(folder / "tasks.jsonl") in script.read_text()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     accelerate = Path(sys.executable).with_name("accelerate")
     out = subprocess.run(

@@ -1,0 +1,73 @@
+"""Bring your own agent, end to end: a folder `grpolab new-env` wrote (tasks in JSONL, a tools module, a TRL-shaped
+reward plugin, a config naming them) runs every command from another folder, each in a fresh process, with no
+wrapper: check, train, train --resume, eval --run, compare, report, export-trl."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from grpolab.scaffold import new_env
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def tiny_folder(tmp_path: Path) -> Path:
+    """A new-env folder with its config cut to the tiny model's size (the rest as written)."""
+    folder = new_env("units", tmp_path / "user")
+    config = folder / "config.toml"
+    text = config.read_text()
+    for key, value in {"group_size": 2, "max_new_tokens": 12, "steps": 2, "sft_steps": 1, "eval_limit": 2}.items():
+        text = re.sub(rf"(?m)^{key} = \S+", f"{key} = {value}", text)
+    config.write_text('model = "tiny"\n' + text)
+    return folder
+
+
+def grpolab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run(
+        [sys.executable, "-m", "grpolab.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_new_env_folder_runs_every_command_with_no_wrapper(tmp_path):
+    folder = tiny_folder(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = elsewhere / "run"
+    config = str(folder / "config.toml")
+
+    checked = grpolab("check", "--config", config, "--prompts", "1", "--json", cwd=elsewhere)
+    assert checked.returncode == 0, checked.stderr
+    reference = json.loads(checked.stdout)["dry_run"]["references"][0]
+    assert reference["components"]["names_unit"] == 1.0 and reference["weighted"]["names_unit"] == 0.5
+
+    trained = grpolab("train", "--config", config, "--out", str(run), "--quiet", cwd=elsewhere)
+    assert trained.returncode == 0, trained.stderr
+    recorded = json.loads((run / "config.json").read_text())
+    assert recorded["plugins"] == [str(folder / "rewards.py")]
+    assert recorded["data"] == [str(folder / "tasks.jsonl")]
+    assert recorded["data_env"]["tools"] == str(folder / "tools.py")
+    rows = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    assert rows and all("names_unit" in r["components"] for r in rows)
+    assert all("reward/names_unit" in json.loads(m) for m in (run / "metrics.jsonl").read_text().splitlines())
+
+    resumed = grpolab("train", "--resume", str(run), "--steps", "3", "--quiet", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+
+    evaluated = grpolab("eval", "--run", str(run), "--limit", "2", "--json", cwd=elsewhere)
+    assert evaluated.returncode == 0, evaluated.stderr
+    compared = grpolab("compare", "--run", str(run), "--limit", "1", "--json", cwd=elsewhere)
+    assert compared.returncode == 0, compared.stderr
+    assert "names_unit" in json.loads(compared.stdout)["right"]["episodes"][0]["components"]
+    reported = grpolab("report", "--run", str(run), cwd=elsewhere)
+    assert reported.returncode == 0, reported.stderr
+    assert "reward/names_unit" in (run / "report.html").read_text()
+
+    script = elsewhere / "train_grpo.py"
+    exported = grpolab("export-trl", "--config", config, "-o", str(script), cwd=elsewhere)
+    assert exported.returncode == 0, exported.stderr
+    assert str(folder / "rewards.py") in script.read_text() and "'names_unit': 0.5" in script.read_text()
