@@ -154,7 +154,7 @@ def changed_lab_url(tmp_path_factory, run_with, finance):
     long_line = "The answer is 14.17, from " + "x" * 400 + "\n"
     rows: dict[str, list[dict]] = {"0": [], "2": []}
     for t in finance.tasks("heldout")[:4]:
-        honest = long_line + finance.reference_transcript(t)
+        honest = finance.reference_transcript(t) + " " + long_line  # after the thought: the turn still opens with it
         emptied = honest.replace(render_thought(t.reference_thought), render_thought("..."))
         for label, text in (("0", honest), ("2", emptied)):
             components = {**EPISODE_ROW["components"], "completion": 1.0}

@@ -107,7 +107,11 @@ def change_lines(changes: Changes) -> list[str]:
 
 PAIR_STYLE = "display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em"
 """Before and after side by side, each half of the width whatever its content (a grid column's minimum is 0)."""
-TRANSCRIPT_STYLE = "white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:.6em;margin:0;font-size:.8em"
+FIT_SVG = "<svg style='max-width:100%;height:auto' "
+TRANSCRIPT_STYLE = (
+    "box-sizing:border-box;max-width:100%;white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;"
+    "padding:.6em;margin:0;font-size:.8em"
+)
 """A transcript wraps within its column, long JSON and unbroken tokens included (inline: the lab and the report)."""
 
 
@@ -137,7 +141,8 @@ def changes_html(changes: Changes, history: list[dict[str, Any]]) -> str:
         charts.append(svg_chart("correct (share)", [class_key("grounded_correct")], steps, alarm_steps))
         grid = "display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:.6em"
         parts.append(f'<h3>Over training steps (sampled episodes)</h3><div class="grid" style="{grid}">')
-        parts.extend(f"<div>{svg}</div>" for svg in charts)
+        # a chart scales down to its grid column (matplotlib's svg has a viewBox): never wider than the panel
+        parts.extend(f"<div style='min-width:0'>{svg.replace('<svg ', FIT_SVG, 1)}</div>" for svg in charts)
         parts.append("</div>")
     for c in changes.flagged:
         for task_id, before, after in c.examples:
