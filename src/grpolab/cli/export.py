@@ -47,22 +47,24 @@ def export_trl(
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
     from grpolab.files import output_target
     from grpolab.trl.export import export_trl as write
-    from grpolab.trl.settings import unsupported
+    from grpolab.trl.settings import trl_section_notes, unsupported
 
     cfg = resolve_config(config, env, model, seed, weights)
     # a script that goes into a stream (/dev/stdout, a FIFO): what is said about it goes to stderr, not into it
     stream = output_target(output, "-o").stream
     with writing_to(output, "-o"):
         paths = write(cfg, output, standalone=standalone, gpus=gpus, accelerate_dir=accelerate_dir)
-    notes = unsupported(cfg)
+    notes, section = unsupported(cfg), trl_section_notes(cfg)
     if json:
-        print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes})
+        print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes, "trl_section": section})
         return
     say = err_console if stream else console
     for p in paths:
         say.print(f"wrote {p}", markup=False)
     for n in notes:
         say.print(Text("not expressed in TRL: ", style="yellow") + Text(n))
+    for n in section:
+        say.print(Text("passed to TRL: ", style="cyan") + Text(n))
     if len(paths) == 1:
         say.print("accelerate configs not written (the script went into a stream): add --accelerate-dir DIR")
         return

@@ -21,7 +21,7 @@ from pathlib import Path
 import grpolab
 from grpolab.config import LabConfig, config_to_dict
 from grpolab.files import output_folder, output_target, write_output
-from grpolab.trl.settings import TRL_VERSION, Setting, grpo_settings, lora_settings, unsupported
+from grpolab.trl.settings import TRL_VERSION, Setting, grpo_settings, lora_settings, trl_section_notes, unsupported
 
 RUNTIME = {
     "output_dir": "output_dir",
@@ -118,7 +118,7 @@ def _args_lines(settings: list[Setting]) -> list[str]:
     A comment that would pass the line limit goes on its own line above the argument."""
     lines = []
     for s in settings:
-        arg = f"{s.name}={RUNTIME.get(s.name, repr(s.value))},"
+        arg = f"{s.name}={repr(s.value) if s.from_section else RUNTIME.get(s.name, repr(s.value))},"
         if ARG_INDENT + len(arg) + len(s.source) + 4 <= LINE:
             lines.append(f"{arg}  # {s.source}")
         else:
@@ -168,8 +168,6 @@ def render_script(
 ) -> str:
     """The runnable TRL script for `cfg`: the template with its marked lines filled in."""
     lora = lora_settings(cfg)
-    names = list(cfg.reward.weights)
-    weights = [cfg.reward.weights[n] for n in names]
     peft = ["return LoraConfig(", *(f"    {line}" for line in _args_lines(lora)), ")"] if lora else None
     blocks: dict[str, list[str]] = {
         "docstring": _docstring(cfg, script_name, standalone, default_out),
@@ -177,16 +175,15 @@ def render_script(
             f'_GRPOLAB_ZIP: str | None = """\n{_bundle()}\n"""' if standalone else "_GRPOLAB_ZIP: str | None = None"
         ],
         "unsupported": ["# Lab settings TRL cannot express (also printed by `grpolab export-trl`):"]
-        + [line for note in unsupported(cfg) or ["(none)"] for line in _comment(note)],
+        + [line for note in unsupported(cfg) or ["(none)"] for line in _comment(note)]
+        + (["# The config's [trl] section, passed to GRPOConfig as written:"] if cfg.trl else [])
+        + [line for note in trl_section_notes(cfg) for line in _comment(note)],
         "config": f"LAB_CONFIG: dict = {pprint.pformat(config_to_dict(cfg), width=110, sort_dicts=False)}".splitlines(),
         "episodes": [
             f"EPISODES_PER_STEP = {cfg.train.prompts_per_step * cfg.rollout.group_size}"
             "  # train.prompts_per_step x rollout.group_size"
         ],
-        "grpo_args": [
-            *_args_lines(grpo_settings(cfg, default_out)),
-            f"reward_weights={weights!r},  # reward.weights ({', '.join(names)})",
-        ],
+        "grpo_args": _args_lines(grpo_settings(cfg, default_out)),
         "peft": peft or ["return None  # lora.enabled = false: full fine-tuning (TRL keeps a frozen reference copy)"],
         "sft_steps": [f"max_steps={cfg.train.sft_steps},  # train.sft_steps"],
         "sft_learning_rate": [f"learning_rate={cfg.train.sft_learning_rate!r},  # train.sft_learning_rate"],
