@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import importlib.metadata
 import io
 import os
 import pprint
 import re
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -142,8 +144,34 @@ def _bundle() -> str:
     return "\n".join(text[i : i + 100] for i in range(0, len(text), 100))
 
 
+def standalone_requirements() -> list[str]:
+    """What a standalone script needs installed: grpolab's declared dependencies and its `trl` extra, read from
+    the pyproject.toml beside the bundled source (a checkout) or else grpolab's installed metadata; exact pins
+    are kept, lower bounds dropped (pip arguments that need no quoting)."""
+    pyproject = Path(grpolab.__file__).parents[2] / "pyproject.toml"
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text())["project"]
+        declared = [*project["dependencies"], *project["optional-dependencies"]["trl"]]
+    else:
+        declared = [r for r in importlib.metadata.requires("grpolab") or [] if ";" not in r or 'extra == "trl"' in r]
+    out: list[str] = []
+    for req in declared:
+        spec = req.split(";")[0].strip()
+        name = re.match(r"[A-Za-z0-9._-]+", spec).group(0)  # type: ignore[union-attr]
+        pin = re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.*+!-]+", spec)
+        arg = spec if pin else name
+        if arg not in out:
+            out.append(arg)
+    return out
+
+
 def _docstring(cfg: LabConfig, script: str, standalone: bool, default_out: str) -> list[str]:
-    needs = "" if standalone else " grpolab"
+    needs = f"trl=={TRL_VERSION} peft datasets grpolab"
+    if standalone:  # the bundled grpolab's own dependencies instead of grpolab
+        needs = " ".join(r for r in standalone_requirements())
+    # a line too long for the linter continues after a backslash: one shell command as printed, one string in Python
+    wrapped = textwrap.wrap(f"Needs: pip install {needs}", LINE - 2, subsequent_indent="  ", break_on_hyphens=False)
+    needs_lines = [line + " \\" for line in wrapped[:-1]] + wrapped[-1:]
     return f'''"""GRPO with Hugging Face TRL {TRL_VERSION} on grpolab's `{cfg.env}` environment.
 
 Exported by `grpolab export-trl` on {dt.date.today().isoformat()}.
@@ -158,7 +186,7 @@ vllm_mode="server" beside `trl vllm-serve --model MODEL`. This script's rollouts
 token masks are exactly the lab's; TRL still syncs the weights to vLLM, but only `rollout_func`s that call
 `trainer.vllm_generation` generate there. Tool output is returned with env_mask 0 and is excluded from the loss.
 
-Needs: pip install trl=={TRL_VERSION} peft datasets{needs}
+{chr(10).join(needs_lines)}
 Arguments: [OUTPUT_DIR] (default: {default_out})
 """'''.splitlines()
 
