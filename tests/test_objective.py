@@ -12,6 +12,7 @@ from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.engine.trainer import GRPOTrainer
 from grpolab.envs import env_for
 from grpolab.rewards.score import Score
+from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 SMALL = {
     "model": "tiny",
@@ -93,3 +94,15 @@ def test_normalize_then_sum_advantages_come_from_the_components():
     trainer.cfg.grpo.multi_objective_aggregation = "sum_then_normalize"
     summed = trainer.advantages(episodes, rewards)  # rewards (0, 1, 3): format's spread dominates
     assert summed[0, 2] > summed[0, 1] + 1.0
+
+
+def test_simulator_scales_advantages_by_the_batch_std(finance):
+    profiles = measure_profiles(finance, lambda text: len(text) // 4)
+
+    def adv_abs(scale: str) -> float:
+        cfg = load_config(None, {"grpo.scale_rewards": scale})
+        return simulate(profiles, DEFAULT_PRIOR, SimSettings(cfg, steps=3, runs=4))["iterations"][1]["adv/mean_abs"]
+
+    group, batch, none = adv_abs("group"), adv_abs("batch"), adv_abs("none")
+    # centred rewards divided by the batch's std: mean |A| <= sqrt(mean A^2) <= 1, and not the unscaled value
+    assert 0 < batch <= 1.0 and len({round(group, 6), round(batch, 6), round(none, 6)}) == 3
