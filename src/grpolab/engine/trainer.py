@@ -9,7 +9,8 @@ No pass runs whose result is unused: the reference forward only when beta > 0 or
 (`grpo.kl_metric`); no old-log-prob forward with an exact sampler (the rollout recorded them, and with mu = 1 the
 ratio is 1 by construction). With `rollout.engine = "int8"` the rollout comes from a lighter copy: its log-probs
 are the behaviour policy's, the loss weights each token by the truncated importance ratio, and the mismatch is
-logged as `mismatch/kl` and `mismatch/ratio_out`.
+logged as `mismatch/kl` and `mismatch/ratio_out`. With `grpo.mask_truncated_completions` an episode cut by the
+token budget carries no loss, so it is left out of the reference, old-log-prob and update passes.
 """
 
 from __future__ import annotations

@@ -79,10 +79,10 @@ class LabRollout:
     prompt are sampled as one group, sharing one prefill.
 
     With TRL's `mask_truncated_completions` on, every episode that the token budget did not cut (it ended with a
-    stop token, the answer-stop rule, the turn limit...) is returned with an EOS token appended with mask 0 and
-    log-prob 0: TRL's test (the last token is EOS or pad) then marks as truncated exactly the episodes the native
-    engine masks (`Episode.truncated`). The EOS is not trained on (mask 0) and, coming last, changes no other
-    token's log-prob; without the mask the ids are returned as generated.
+    stop token, the answer-stop rule, the turn limit...) and does not already end with EOS or pad is returned with
+    an EOS token appended with mask 0 and log-prob 0: TRL's test (the last token is EOS or pad) then marks as
+    truncated exactly the episodes the native engine masks (`Episode.truncated`). The EOS is not trained on (mask 0)
+    and, coming last, changes no other token's log-prob; without the mask the ids are returned as generated.
     """
 
     def __init__(self, env: Environment, cfg: LabConfig, tokenizer: Any):
@@ -118,10 +118,11 @@ class LabRollout:
         finally:
             model.train(was_training)
         self.last_episodes = episodes
-        eos = None
-        if getattr(trainer.args, "mask_truncated_completions", False):
-            eos = (getattr(trainer, "eos_token_ids", None) or [self.tokenizer.eos_token_id])[0]
-        closed = [eos is not None and not e.truncated for e in episodes]
+        eos_ids = getattr(trainer, "eos_token_ids", None) or [self.tokenizer.eos_token_id]  # TRL's
+        ends = {*eos_ids, self.tokenizer.pad_token_id}
+        masking = bool(getattr(trainer.args, "mask_truncated_completions", False))
+        closed = [masking and not e.truncated and e.completion_ids[-1:] not in [[t] for t in ends] for e in episodes]
+        eos = eos_ids[0]
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids + [eos] * c for e, c in zip(episodes, closed)],
