@@ -149,8 +149,8 @@ def standalone_requirements() -> list[str]:
     the pyproject.toml beside the bundled source (a checkout) or else grpolab's installed metadata; exact pins
     are kept, lower bounds dropped (pip arguments that need no quoting)."""
     pyproject = Path(grpolab.__file__).parents[2] / "pyproject.toml"
-    if pyproject.is_file():
-        project = tomllib.loads(pyproject.read_text())["project"]
+    project = tomllib.loads(pyproject.read_text()).get("project", {}) if pyproject.is_file() else {}
+    if project.get("name") == "grpolab":
         declared = [*project["dependencies"], *project["optional-dependencies"]["trl"]]
     else:
         declared = [r for r in importlib.metadata.requires("grpolab") or [] if ";" not in r or 'extra == "trl"' in r]
@@ -168,7 +168,7 @@ def standalone_requirements() -> list[str]:
 def _docstring(cfg: LabConfig, script: str, standalone: bool, default_out: str) -> list[str]:
     needs = f"trl=={TRL_VERSION} peft datasets grpolab"
     if standalone:  # the bundled grpolab's own dependencies instead of grpolab
-        needs = " ".join(r for r in standalone_requirements())
+        needs = " ".join(standalone_requirements())
     # a line too long for the linter continues after a backslash: one shell command as printed, one string in Python
     wrapped = textwrap.wrap(f"Needs: pip install {needs}", LINE - 2, subsequent_indent="  ", break_on_hyphens=False)
     needs_lines = [line + " \\" for line in wrapped[:-1]] + wrapped[-1:]
