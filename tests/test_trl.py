@@ -197,6 +197,58 @@ def test_trl_path_masks_tool_output_from_the_loss(trainer, monkeypatch):
     assert torch.isfinite(loss)
 
 
+def test_trl_truncation_mask_drops_exactly_the_budget_cut_episodes(trainer, monkeypatch):
+    """With mask_truncated_completions on, TRL's own test (last token EOS or pad) must agree with the lab's rule:
+    an answer-stopped episode keeps its loss, a budget-cut one loses it."""
+    t, cfg, env, tok = trainer
+    import grpolab.trl.backend as backend
+    from grpolab.engine.rollout import Episode
+
+    def scripted(model, tokenizer, env_, tasks, group, s, gen):
+        eps = []
+        for task in tasks:
+            for j in range(group):
+                p, c, m = reference_tokens(tokenizer, env_, task)
+                c, m = c[:-1], m[:-1]  # no EOS at the end: the answer-stop rule or the budget ended it
+                eps.append(Episode(task, 0, p, c, m, [0.0] * len(c), stop_reason=("answer", "budget")[j % 2]))
+        return eps
+
+    monkeypatch.setattr(backend, "run_episodes", scripted)
+    monkeypatch.setattr(t, "mask_truncated_completions", True)
+    monkeypatch.setattr(t.args, "mask_truncated_completions", True)
+    rows = [r for r in prompt_rows(env)[:2] for _ in range(cfg.rollout.group_size)]
+    t.model.train()
+    out = t._generate_and_score_completions(rows)
+    loss_tokens = (out["completion_mask"] * out["tool_mask"]).sum(-1)
+    stops = [e.stop_reason for e in t.rollout_func.last_episodes]
+    assert stops == ["answer", "budget"] * 2
+    assert [bool(n > 0) for n in loss_tokens] == [True, False, True, False]
+    # the appended EOS is not trained on: the answer-stopped episode keeps exactly its own policy tokens
+    assert int(loss_tokens[0]) == sum(t.rollout_func.last_episodes[0].mask)
+
+
+def test_exported_script_carries_the_objective_options_and_the_trl_section(tmp_path):
+    options = {
+        **TINY,
+        "grpo.loss_type": "cispo",
+        "grpo.epsilon_high": 4.0,
+        "grpo.scale_rewards": "batch",
+        "grpo.importance_sampling_level": "sequence",
+        "grpo.mask_truncated_completions": True,
+        "grpo.multi_objective_aggregation": "normalize_then_sum",
+        "grpo.top_entropy_quantile": 0.2,
+        "train.trackio_project": "demo-runs",
+        "trl": {"per_device_train_batch_size": 2, "sapo_temperature_pos": 0.9},
+    }
+    ns = runpy.run_path(str(_script(tmp_path, options)), run_name="exported")
+    args = ns["training_args"](str(tmp_path / "o"))
+    assert (args.loss_type, args.epsilon_high, args.scale_rewards) == ("cispo", 4.0, "batch")
+    assert args.importance_sampling_level == "sequence" and args.mask_truncated_completions
+    assert args.multi_objective_aggregation == "normalize_then_sum" and args.top_entropy_quantile == 0.2
+    assert args.project == "demo-runs"
+    assert args.per_device_train_batch_size == 2 and args.sapo_temperature_pos == 0.9  # as written, not computed
+
+
 def test_train_backend_trl_writes_a_lab_run_dir(tmp_path):
     from typer.testing import CliRunner
 

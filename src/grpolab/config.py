@@ -79,10 +79,18 @@ class GRPOConfig(_Section):
     """Lower clip range of the importance ratio."""
     epsilon_high: float | None = Field(None, gt=0)
     """Upper clip range (DAPO's clip-higher); None means the same as epsilon."""
-    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
-    """Token aggregation: grpo (mean per sequence, then over sequences), dr_grpo (sum / constant), dapo (token mean)."""
-    scale_rewards: bool = True
-    """Divide advantages by the group's std (GRPO); False is Dr. GRPO's unscaled advantage."""
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo"] = "grpo"
+    """grpo (mean per episode, then over episodes), dr_grpo (sum / constant), dapo, bnpo, cispo (token mean; CISPO)."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Divide advantages by the group's reward std (GRPO), the whole batch's (batch) or not (none: Dr. GRPO)."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """Importance ratio per token, or per episode as exp(mean token log-ratio) shared by its tokens (GSPO)."""
+    mask_truncated_completions: bool = False
+    """An episode cut by the token budget carries no loss (DAPO's overlong filtering); answer-stopped ones keep it."""
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
+    """Normalise the weighted reward sum, or each reward component within its group before the sum (GDPO)."""
+    top_entropy_quantile: float = Field(1.0, ge=0, le=1)
+    """Only tokens whose entropy is in this top fraction of a forward's policy tokens carry policy loss (1 = all)."""
     mu: int = Field(1, ge=1)
     """Update epochs over each batch of rollouts (with mu=1 the ratio is 1 and clipping never binds)."""
     is_cap: float = Field(2.0, gt=1)
@@ -96,6 +104,21 @@ class GRPOConfig(_Section):
     """Gradient clipping."""
     dynamic_filter: Literal["off", "skip", "resample"] = "off"
     """Groups with no reward variance: keep them (off), drop them from the update (skip) or resample (resample)."""
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _scale_from_bool(cls, value: Any) -> Any:
+        return {True: "group", False: "none"}.get(value, value) if isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _cispo_cap_above_one(self) -> GRPOConfig:
+        cap = self.epsilon_high if self.epsilon_high is not None else self.epsilon
+        if self.loss_type == "cispo" and cap <= 1:
+            raise ValueError(
+                f"cispo caps the importance ratio itself at grpo.epsilon_high (now {cap}), as TRL does: set it above 1"
+                " (ScaleRL recommends 5.0)"
+            )
+        return self
 
 
 class LoraConfig(_Section):
@@ -140,8 +163,17 @@ class TrainConfig(_Section):
     """Episodes per step written to episodes.jsonl."""
     trackio: bool = False
     """Also log metrics to trackio (local, offline)."""
+    trackio_project: str = Field("grpolab", min_length=1)
+    """The trackio project the metrics go to (native run loop and TRL)."""
+    report_to: list[str] = Field(default_factory=list)
+    """TRL's report_to (e.g. ["wandb", "tensorboard"]; natively only trackio); empty: trackio if train.trackio."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """dtype of the update, reference and SFT passes (autocast; weights and loss stay fp32); auto: measured per host."""
+
+    @property
+    def reporters(self) -> list[str]:
+        """Where metrics are reported: `report_to`, or trackio when `trackio` is on, or nowhere."""
+        return self.report_to or (["trackio"] if self.trackio else [])
 
     @field_validator("sft_mix")
     @classmethod
@@ -248,6 +280,8 @@ class LabConfig(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    trl: dict[str, Any] = Field(default_factory=dict)
+    """TRL GRPOConfig arguments passed as written, overriding the mapped ones (trl backend and export only)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
 

@@ -51,7 +51,7 @@ def export_trl(
     from grpolab.files import output_target
     from grpolab.rewards.rubric import check_weights
     from grpolab.trl.export import export_trl as write
-    from grpolab.trl.settings import unsupported
+    from grpolab.trl.settings import trl_section_notes, unsupported
 
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
     check_weights(cfg, env_for(cfg))  # a script whose weights name no component of its env would fail where it runs
@@ -59,15 +59,17 @@ def export_trl(
     stream = output_target(output, "-o").stream
     with writing_to(output, "-o"):
         paths = write(cfg, output, standalone=standalone, gpus=gpus, accelerate_dir=accelerate_dir)
-    notes = unsupported(cfg)
+    notes, section = unsupported(cfg), trl_section_notes(cfg)
     if json:
-        print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes})
+        print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes, "trl_section": section})
         return
     say = err_console if stream else console
     for p in paths:
         say.print(f"wrote {p}", markup=False)
     for n in notes:
         say.print(Text("not expressed in TRL: ", style="yellow") + Text(n))
+    for n in section:
+        say.print(Text("passed to TRL: ", style="cyan") + Text(n))
     if len(paths) == 1:
         say.print("accelerate configs not written (the script went into a stream): add --accelerate-dir DIR")
         return

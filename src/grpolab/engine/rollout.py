@@ -72,6 +72,11 @@ class Episode:
     def n_policy_tokens(self) -> int:
         return sum(self.mask)
 
+    @property
+    def truncated(self) -> bool:
+        """Cut by the token budget (`rollout.max_new_tokens`); an episode the answer-stop rule ended is not."""
+        return self.stop_reason == "budget"
+
 
 @dataclass
 class SamplingSettings:

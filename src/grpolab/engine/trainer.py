@@ -9,7 +9,8 @@ No pass runs whose result is unused: the reference forward only when beta > 0 or
 (`grpo.kl_metric`); no old-log-prob forward with an exact sampler (the rollout recorded them, and with mu = 1 the
 ratio is 1 by construction). With `rollout.engine = "int8"` the rollout comes from a lighter copy: its log-probs
 are the behaviour policy's, the loss weights each token by the truncated importance ratio, and the mismatch is
-logged as `mismatch/kl` and `mismatch/ratio_out`.
+logged as `mismatch/kl` and `mismatch/ratio_out`. With `grpo.mask_truncated_completions` an episode cut by the
+token budget carries no loss, so it is left out of the reference, old-log-prob and update passes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ from torch import Tensor
 
 from grpolab.config import LabConfig
 from grpolab.engine import heap
-from grpolab.engine.grpo import group_advantages, grpo_loss, sampler_mismatch, truncated_is_weights
+from grpolab.engine.grpo import (
+    TOKEN_MEAN,
+    decoupled_advantages,
+    group_advantages,
+    grpo_loss,
+    sampler_mismatch,
+    top_entropy_mask,
+    truncated_is_weights,
+)
 from grpolab.engine.logprobs import SharedPrefix, TokenStats, group_token_stats
 from grpolab.engine.phases import Phases
 from grpolab.engine.policy import resolve_precision
@@ -172,11 +181,14 @@ class GRPOTrainer:
 
     # ---- the update ----
 
-    def _chunks(self, episodes: list[Episode]) -> list[_Chunk]:
+    def _chunks(self, episodes: list[Episode], skip: bool = False) -> list[_Chunk]:
         """Episodes sharing a prompt (a group), at most MICRO_BATCH_TOKENS positions per chunk: the prompt once and
-        the completions, which `group_token_stats` runs without padding."""
+        the completions, which `group_token_stats` runs without padding. With `skip`, truncated episodes are left
+        out: they carry no loss (`grpo.mask_truncated_completions`), so they need no pass."""
         chunks: list[_Chunk] = []
         for i, e in enumerate(episodes):
+            if skip and e.truncated:
+                continue
             last = chunks[-1] if chunks else None
             if last is not None and last.episodes[-1].group == e.group:
                 if len(e.prompt_ids) + sum(len(x.completion_ids) for x in [*last.episodes, e]) <= MICRO_BATCH_TOKENS:
@@ -217,7 +229,9 @@ class GRPOTrainer:
     def update(self, episodes: list[Episode], advantages: Tensor, phases: Phases) -> dict[str, float]:
         cfg = self.cfg.grpo
         eps_high = cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon
-        chunks = self._chunks(episodes)
+        chunks = self._chunks(episodes, skip=cfg.mask_truncated_completions)
+        if not chunks:
+            return {SKIPPED: 1.0, SKIP_REASON: "every episode was truncated (grpo.mask_truncated_completions)"}  # type: ignore[dict-item]
         total = max(sum(c.tokens for c in chunks), 1.0)
         if cfg.beta > 0 or cfg.kl_metric:
             with phases("reference", tokens=total):
@@ -244,6 +258,8 @@ class GRPOTrainer:
                     # later epochs of an exact sampler: the log-probs it recorded; of int8: the extra pass above
                     old = c.old if c.old is not None else (c.sampler if exact and cfg.mu > 1 else stats.logp.detach())
                     weights = None if exact else truncated_is_weights(old, c.sampler, cfg.is_cap)
+                    q = cfg.top_entropy_quantile
+                    high_entropy = top_entropy_mask(stats.entropy, mask, q) if q < 1 else None
                     loss, ls = grpo_loss(
                         stats.logp,
                         old,
@@ -256,12 +272,15 @@ class GRPOTrainer:
                         cfg.loss_type,
                         self.cfg.rollout.max_new_tokens,
                         weights,
+                        cfg.importance_sampling_level,
+                        high_entropy,
                     )
                     if not torch.isfinite(loss):
                         self.optimizer.zero_grad(set_to_none=True)
                         return {SKIPPED: 1.0, SKIP_REASON: "non-finite loss"}  # type: ignore[dict-item]
                     token_share = c.tokens / total
-                    share = token_share if cfg.loss_type == "dapo" else len(c.index) / len(episodes)
+                    # a truncated episode left out still counts in a per-episode mean (as 0), as in TRL
+                    share = token_share if cfg.loss_type in TOKEN_MEAN else len(c.index) / len(episodes)
                     (loss * share).backward()
                 t.loss += loss.item() * share
                 t.policy_loss += ls.policy_loss * share
@@ -326,11 +345,22 @@ class GRPOTrainer:
         if not torch.isfinite(rewards).all():
             m.update({SKIPPED: 1.0, SKIP_REASON: f"non-finite reward (see {REWARD_ERRORS})"})
             return StepResult(m, episodes)
-        advantages = group_advantages(rewards, scale=self.cfg.grpo.scale_rewards).flatten()  # (P*G,)
+        advantages = self.advantages(episodes, rewards).flatten()  # (P*G,)
         m[ADV_MEAN_ABS] = float(advantages.abs().mean())
         m.update(self.update(episodes, advantages, phases))
         m[KL_BOUND] = self.cfg.grpo.kl_bound
         return StepResult(m, episodes)
+
+    def advantages(self, episodes: list[Episode], rewards: Tensor) -> Tensor:
+        """(P, G) advantages of the step's episodes from their (P, G) rewards, or from each reward component
+        normalised on its own (`grpo.multi_objective_aggregation = "normalize_then_sum"`)."""
+        g = self.cfg.grpo
+        if g.multi_objective_aggregation == "sum_then_normalize":
+            return group_advantages(rewards, scale=g.scale_rewards)
+        names = list(self.cfg.reward.weights)
+        components = [[e.score.components.get(n, 0.0) if e.score else 0.0 for n in names] for e in episodes]
+        weights = torch.tensor([self.cfg.reward.weights[n] for n in names])
+        return decoupled_advantages(torch.tensor(components).view(*rewards.shape, len(names)), weights)
 
     def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
         """Steps `first`..`last`; `on_step` records each one and returns True to stop early."""

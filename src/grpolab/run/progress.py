@@ -46,14 +46,15 @@ class Progress:
         self._task: Any = None
         self._total = 0
         self._trackio: Any = None
-        if cfg.train.trackio:
+        if "trackio" in cfg.train.reporters:
             try:
                 import trackio
             except ImportError:
                 raise UserError(
-                    "train.trackio is on but trackio is not installed", "pip install trackio, or set it off"
+                    "trackio is asked for (train.trackio or train.report_to) but is not installed",
+                    "pip install trackio, or leave it out",
                 )
-            trackio.init(project="grpolab", config=cfg.model_dump(mode="json"))
+            trackio.init(project=cfg.train.trackio_project, config=cfg.model_dump(mode="json"))
             self._trackio = trackio
 
     def note(self, text: str) -> None:

@@ -15,7 +15,7 @@ from grpolab.engine.policy import build_policy
 from grpolab.engine.trainer import GRPOTrainer, StepResult
 from grpolab.envs import Environment
 from grpolab.rundir import RunDir
-from grpolab.trl.settings import refuse_unsupported, unsupported
+from grpolab.trl.settings import refuse_unsupported, trl_section_notes, unsupported
 from grpolab.trl.source import TrlSource
 
 
@@ -63,8 +63,13 @@ def make_source(cfg: LabConfig, run: RunDir, env: Environment) -> StepSource:
 
 def backend_notes(cfg: LabConfig) -> list[str]:
     """Settings the configured backend does not honour, said before the run starts: a UserError for one that
-    would change the result, a note for the rest. The native backend honours every field."""
+    would change the result, a note for the rest. The native backend honours every field but the `[trl]` section
+    (TRL's own arguments), and of `train.report_to` only trackio."""
     if cfg.train.backend != "trl":
-        return []
+        notes = ["native backend: the [trl] section is not used (it applies to --backend trl and export-trl)"]
+        others = [r for r in cfg.train.report_to if r not in ("trackio", "none")]
+        notes += [f"native backend: train.report_to {others}: the native run loop reports to trackio only"]
+        return [n for n, applies in zip(notes, [bool(cfg.trl), bool(others)]) if applies]
     refuse_unsupported(cfg)
-    return [f"trl backend: {line}" for line in unsupported(cfg, exported=False)]
+    notes = unsupported(cfg, exported=False) + trl_section_notes(cfg)
+    return [f"trl backend: {line}" for line in notes]

@@ -77,6 +77,12 @@ class LabRollout:
 
     TRL passes each prompt `num_generations` times in a row (possibly split across processes); runs of the same
     prompt are sampled as one group, sharing one prefill.
+
+    With TRL's `mask_truncated_completions` on, every episode that the token budget did not cut (it ended with a
+    stop token, the answer-stop rule, the turn limit...) and does not already end with EOS or pad is returned with
+    an EOS token appended with mask 0 and log-prob 0: TRL's test (the last token is EOS or pad) then marks as
+    truncated exactly the episodes the native engine masks (`Episode.truncated`). The EOS is not trained on (mask 0)
+    and, coming last, changes no other token's log-prob; without the mask the ids are returned as generated.
     """
 
     def __init__(self, env: Environment, cfg: LabConfig, tokenizer: Any):
@@ -112,11 +118,16 @@ class LabRollout:
         finally:
             model.train(was_training)
         self.last_episodes = episodes
+        eos_ids = getattr(trainer, "eos_token_ids", None) or [self.tokenizer.eos_token_id]  # TRL's
+        ends = {*eos_ids, self.tokenizer.pad_token_id}
+        masking = bool(getattr(trainer.args, "mask_truncated_completions", False))
+        closed = [masking and not e.truncated and e.completion_ids[-1:] not in [[t] for t in ends] for e in episodes]
+        eos = eos_ids[0]
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
-            "completion_ids": [e.completion_ids for e in episodes],
-            "logprobs": [e.logprobs for e in episodes],
-            "env_mask": [e.mask for e in episodes],
+            "completion_ids": [e.completion_ids + [eos] * c for e, c in zip(episodes, closed)],
+            "logprobs": [e.logprobs + [0.0] * c for e, c in zip(episodes, closed)],
+            "env_mask": [e.mask + [0] * c for e, c in zip(episodes, closed)],
             "transcript": [e.text for e in episodes],
             "gen_tokens": [e.n_policy_tokens for e in episodes],
         }
@@ -220,10 +231,16 @@ def build_trl_trainer(
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     left_padded(tokenizer)
     lora = lora_settings(cfg)
-    funcs, weights = reward_functions(env, cfg)
+    funcs, _ = reward_functions(env, cfg)
     with warnings.catch_warnings():  # transformers' deprecation notes about its own argument names
         warnings.simplefilter("ignore")
-        args = GRPOConfig(**{s.name: s.value for s in grpo_settings(cfg, str(output_dir))}, reward_weights=weights)
+        settings = grpo_settings(cfg, str(output_dir))
+        try:
+            args = GRPOConfig(**{s.name: s.value for s in settings})
+        except (ValueError, TypeError) as exc:
+            if not cfg.trl:
+                raise
+            raise UserError(f"TRL's GRPOConfig refused the settings: {exc}", "fix the value in the [trl] section")
         return GRPOTrainer(
             model=model,
             reward_funcs=funcs,

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import importlib.metadata
 import io
 import os
 import pprint
 import re
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import grpolab
 from grpolab.config import LabConfig, config_to_dict
 from grpolab.errors import UserError
 from grpolab.files import output_folder, output_target, write_output
-from grpolab.trl.settings import TRL_VERSION, Setting, grpo_settings, lora_settings, unsupported
+from grpolab.trl.settings import TRL_VERSION, Setting, grpo_settings, lora_settings, trl_section_notes, unsupported
 
 RUNTIME = {
     "output_dir": "output_dir",
@@ -119,7 +121,7 @@ def _args_lines(settings: list[Setting]) -> list[str]:
     A comment that would pass the line limit goes on its own line above the argument."""
     lines = []
     for s in settings:
-        arg = f"{s.name}={RUNTIME.get(s.name, repr(s.value))},"
+        arg = f"{s.name}={repr(s.value) if s.from_section else RUNTIME.get(s.name, repr(s.value))},"
         if ARG_INDENT + len(arg) + len(s.source) + 4 <= LINE:
             lines.append(f"{arg}  # {s.source}")
         else:
@@ -143,8 +145,34 @@ def _bundle() -> str:
     return "\n".join(text[i : i + 100] for i in range(0, len(text), 100))
 
 
+def standalone_requirements() -> list[str]:
+    """What a standalone script needs installed: grpolab's declared dependencies and its `trl` extra, read from
+    the pyproject.toml beside the bundled source (a checkout) or else grpolab's installed metadata; exact pins
+    are kept, lower bounds dropped (pip arguments that need no quoting)."""
+    pyproject = Path(grpolab.__file__).parents[2] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text()).get("project", {}) if pyproject.is_file() else {}
+    if project.get("name") == "grpolab":
+        declared = [*project["dependencies"], *project["optional-dependencies"]["trl"]]
+    else:
+        declared = [r for r in importlib.metadata.requires("grpolab") or [] if ";" not in r or 'extra == "trl"' in r]
+    out: list[str] = []
+    for req in declared:
+        spec = req.split(";")[0].strip()
+        name = re.match(r"[A-Za-z0-9._-]+", spec).group(0)  # type: ignore[union-attr]
+        pin = re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.*+!-]+", spec)
+        arg = spec if pin else name
+        if arg not in out:
+            out.append(arg)
+    return out
+
+
 def _docstring(cfg: LabConfig, script: str, standalone: bool, default_out: str) -> list[str]:
-    needs = "" if standalone else " grpolab"
+    needs = f"trl=={TRL_VERSION} peft datasets grpolab"
+    if standalone:  # the bundled grpolab's own dependencies instead of grpolab
+        needs = " ".join(standalone_requirements())
+    # a line too long for the linter continues after a backslash: one shell command as printed, one string in Python
+    wrapped = textwrap.wrap(f"Needs: pip install {needs}", LINE - 2, subsequent_indent="  ", break_on_hyphens=False)
+    needs_lines = [line + " \\" for line in wrapped[:-1]] + wrapped[-1:]
     return f'''"""GRPO with Hugging Face TRL {TRL_VERSION} on grpolab's `{cfg.env}` environment.
 
 Exported by `grpolab export-trl` on {dt.date.today().isoformat()}.
@@ -159,7 +187,7 @@ vllm_mode="server" beside `trl vllm-serve --model MODEL`. This script's rollouts
 token masks are exactly the lab's; TRL still syncs the weights to vLLM, but only `rollout_func`s that call
 `trainer.vllm_generation` generate there. Tool output is returned with env_mask 0 and is excluded from the loss.
 
-Needs: pip install trl=={TRL_VERSION} peft datasets{needs}
+{chr(10).join(needs_lines)}
 Arguments: [OUTPUT_DIR] (default: {default_out})
 """'''.splitlines()
 
@@ -169,8 +197,6 @@ def render_script(
 ) -> str:
     """The runnable TRL script for `cfg`: the template with its marked lines filled in."""
     lora = lora_settings(cfg)
-    names = list(cfg.reward.weights)
-    weights = [cfg.reward.weights[n] for n in names]
     peft = ["return LoraConfig(", *(f"    {line}" for line in _args_lines(lora)), ")"] if lora else None
     blocks: dict[str, list[str]] = {
         "docstring": _docstring(cfg, script_name, standalone, default_out),
@@ -178,16 +204,15 @@ def render_script(
             f'_GRPOLAB_ZIP: str | None = """\n{_bundle()}\n"""' if standalone else "_GRPOLAB_ZIP: str | None = None"
         ],
         "unsupported": ["# Lab settings TRL cannot express (also printed by `grpolab export-trl`):"]
-        + [line for note in unsupported(cfg) or ["(none)"] for line in _comment(note)],
+        + [line for note in unsupported(cfg) or ["(none)"] for line in _comment(note)]
+        + (["# The config's [trl] section, passed to GRPOConfig as written:"] if cfg.trl else [])
+        + [line for note in trl_section_notes(cfg) for line in _comment(note)],
         "config": f"LAB_CONFIG: dict = {pprint.pformat(config_to_dict(cfg), width=110, sort_dicts=False)}".splitlines(),
         "episodes": [
             f"EPISODES_PER_STEP = {cfg.train.prompts_per_step * cfg.rollout.group_size}"
             "  # train.prompts_per_step x rollout.group_size"
         ],
-        "grpo_args": [
-            *_args_lines(grpo_settings(cfg, default_out)),
-            f"reward_weights={weights!r},  # reward.weights ({', '.join(names)})",
-        ],
+        "grpo_args": _args_lines(grpo_settings(cfg, default_out)),
         "peft": peft or ["return None  # lora.enabled = false: full fine-tuning (TRL keeps a frozen reference copy)"],
         "sft_steps": [f"max_steps={cfg.train.sft_steps},  # train.sft_steps"],
         "sft_learning_rate": [f"learning_rate={cfg.train.sft_learning_rate!r},  # train.sft_learning_rate"],

@@ -9,8 +9,11 @@ so that a new field fails until it is classified here.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -43,13 +46,21 @@ class Setting:
     value: Any
     source: str
     """The lab config field(s) it comes from, or why it is fixed."""
+    from_section: bool = False
+    """Set by the config's `[trl]` section: written as given, never as an expression decided at run time."""
 
 
 def grpo_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
-    """GRPOConfig arguments equal to the lab config (one optimizer step per lab step and epoch, as natively)."""
+    """GRPOConfig arguments equal to the lab config (one optimizer step per lab step and epoch, as natively), then
+    the `[trl]` section's, which replace mapped ones of the same name (`trl_section`)."""
+    return _with_section(_mapped_settings(cfg, output_dir), trl_section(cfg))
+
+
+def _mapped_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
     g = cfg.grpo
     episodes = cfg.train.prompts_per_step * cfg.rollout.group_size
     bf16 = bf16_here(cfg.train.precision)
+    names = list(cfg.reward.weights)
     return [
         Setting("output_dir", output_dir, "the script's first argument"),
         Setting("num_generations", cfg.rollout.group_size, "rollout.group_size"),
@@ -68,8 +79,17 @@ def grpo_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
         Setting("beta", g.beta, "grpo.beta"),
         Setting("epsilon", g.epsilon, "grpo.epsilon"),
         Setting("epsilon_high", g.epsilon_high if g.epsilon_high is not None else g.epsilon, "grpo.epsilon_high"),
-        Setting("loss_type", g.loss_type, "grpo.loss_type (the same three aggregations under the same names)"),
-        Setting("scale_rewards", "group" if g.scale_rewards else "none", "grpo.scale_rewards"),
+        Setting("loss_type", g.loss_type, "grpo.loss_type (the same losses under the same names)"),
+        Setting("scale_rewards", g.scale_rewards, "grpo.scale_rewards"),
+        Setting("importance_sampling_level", g.importance_sampling_level, "grpo.importance_sampling_level"),
+        Setting(
+            "mask_truncated_completions",
+            g.mask_truncated_completions,
+            "grpo.mask_truncated_completions (the lab rollout ends each episode not cut by the budget with EOS)",
+        ),
+        Setting("multi_objective_aggregation", g.multi_objective_aggregation, "grpo.multi_objective_aggregation"),
+        Setting("top_entropy_quantile", g.top_entropy_quantile, "grpo.top_entropy_quantile"),
+        Setting("reward_weights", [cfg.reward.weights[n] for n in names], f"reward.weights ({', '.join(names)})"),
         Setting(
             "max_completion_length", cfg.rollout.max_new_tokens, "rollout.max_new_tokens (also dr_grpo's constant)"
         ),
@@ -82,8 +102,59 @@ def grpo_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
         Setting("save_steps", cfg.train.checkpoint_every, "train.checkpoint_every"),
         Setting("save_total_limit", KEEP_CHECKPOINTS, f"the run dir keeps {KEEP_CHECKPOINTS} checkpoints"),
         Setting("logging_steps", 1, "one metrics row per step"),
-        Setting("report_to", "trackio" if cfg.train.trackio else "none", "train.trackio"),
+        Setting("report_to", cfg.train.reporters or "none", "train.report_to (empty: trackio if train.trackio)"),
+        Setting("project", cfg.train.trackio_project, "train.trackio_project"),
         Setting("remove_unused_columns", False, "keep task_id for the reward functions"),
+    ]
+
+
+@lru_cache(maxsize=1)
+def grpo_config_fields() -> frozenset[str]:
+    """The arguments TRL's GRPOConfig takes (its dataclass fields)."""
+    try:
+        from trl import GRPOConfig  # heavy optional dependency (transformers): only for a [trl] section
+    except ImportError:
+        raise UserError("the config's [trl] section is checked against TRL", f"pip install trl=={TRL_VERSION}")
+    return frozenset(f.name for f in dataclasses.fields(GRPOConfig) if f.init)
+
+
+def trl_section(cfg: LabConfig) -> dict[str, Any]:
+    """The config's `[trl]` section, checked against TRL's GRPOConfig fields: a key it does not take is a UserError
+    naming each one with its near matches."""
+    if not cfg.trl:
+        return {}
+    known = grpo_config_fields()
+    unknown = [k for k in cfg.trl if k not in known]
+    if unknown:
+        hints = [
+            f"{k}: did you mean {' or '.join(near)}?" if (near := difflib.get_close_matches(k, known, 3)) else f"{k}: -"
+            for k in unknown
+        ]
+        raise UserError(
+            f"[trl] has {'a key' if len(unknown) == 1 else 'keys'} that GRPOConfig does not take: {', '.join(unknown)}",
+            f"{'; '.join(hints)} (the [trl] section is passed to trl.GRPOConfig as written)",
+        )
+    return dict(cfg.trl)
+
+
+def _with_section(settings: list[Setting], section: dict[str, Any]) -> list[Setting]:
+    """`settings` with the `[trl]` section's values over those of the same name, and its other keys after them."""
+    names = {s.name for s in settings}
+    out = [
+        Setting(s.name, section[s.name], f"[trl], over {s.value!r} from {s.source}", True) if s.name in section else s
+        for s in settings
+    ]
+    return out + [Setting(k, v, "[trl]", True) for k, v in section.items() if k not in names]
+
+
+def trl_section_notes(cfg: LabConfig) -> list[str]:
+    """What the `[trl]` section changes, one line per key (said by export-trl and the trl backend)."""
+    mapped = {s.name: s for s in _mapped_settings(cfg, "o")}
+    return [
+        f"[trl] {k} = {v!r} overrides {mapped[k].value!r} from {mapped[k].source}"
+        if k in mapped
+        else f"[trl] {k} = {v!r} (not set by the lab config)"
+        for k, v in trl_section(cfg).items()
     ]
 
 
@@ -112,6 +183,7 @@ MAPPED: dict[str, str] = {
     "data_env.thought_required": "env data's system prompt in every dataset row and the format reward function",
     "data_env.heldout_fraction": "env data's train split, hence the dataset rows",
     "reward.weights": "reward_weights (one TRL reward function per component)",
+    "trl": "GRPOConfig, as written (over the mapped arguments)",
     "reward.length_unit": "the length reward function (the lab's scorer)",
     "reward.thought_min_words": "the format reward function (the lab's scorer)",
     "rollout.group_size": "num_generations",
@@ -128,6 +200,10 @@ MAPPED: dict[str, str] = {
     "grpo.epsilon_high": "epsilon_high",
     "grpo.loss_type": "loss_type",
     "grpo.scale_rewards": "scale_rewards",
+    "grpo.importance_sampling_level": "importance_sampling_level",
+    "grpo.mask_truncated_completions": "mask_truncated_completions (and an EOS, mask 0, at the lab rollout's stops)",
+    "grpo.multi_objective_aggregation": "multi_objective_aggregation",
+    "grpo.top_entropy_quantile": "top_entropy_quantile (TRL: the quantile of a micro-batch; natively of a group)",
     "grpo.mu": "num_iterations (and max_steps)",
     "grpo.max_grad_norm": "max_grad_norm",
     "lora.enabled": "peft_config (None trains all weights)",
@@ -139,6 +215,8 @@ MAPPED: dict[str, str] = {
     "train.prompts_per_step": "per_device_train_batch_size",
     "train.checkpoint_every": "save_steps (and the run loop's checkpoints)",
     "train.trackio": "report_to (and the run loop's progress)",
+    "train.report_to": "report_to (the run loop logs to trackio when it is named)",
+    "train.trackio_project": "project (and the run loop's trackio project)",
     "train.precision": "bf16 (and the SFT warm start's)",
 }
 """Fields whose value reaches TRL, and where."""

@@ -244,8 +244,11 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
         counts[..., 1:] -= below[..., :-1]
         mean = counts @ reward / G  # (R, P)
         adv = reward - mean[..., None]  # (R, P, K) advantage of each class within its group
-        if cfg.grpo.scale_rewards:
+        if cfg.grpo.scale_rewards == "group":
             adv = adv / (np.sqrt(np.maximum(counts @ reward_sq / G - mean**2, 0.0))[..., None] + 1e-4)
+        elif cfg.grpo.scale_rewards == "batch":  # the std of all P x G rewards of each run
+            var = (counts @ reward_sq).sum(1) / (P * G) - mean.mean(1) ** 2  # (R,)
+            adv = adv / (np.sqrt(np.maximum(var, 0.0))[:, None, None] + 1e-4)
         weight = (counts * adv).sum(1) / (P * G)  # (R, K): the group's advantages summed by class
         adv_abs[t] = (counts * np.abs(adv)).sum((1, 2)) / (P * G)
         for epoch in range(cfg.grpo.mu):
