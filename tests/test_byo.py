@@ -67,6 +67,14 @@ def test_a_new_env_folder_runs_every_command_with_no_wrapper(tmp_path):
     assert reported.returncode == 0, reported.stderr
     assert "reward/names_unit" in (run / "report.html").read_text()
 
+    lab = subprocess.run(  # the lab's run view, in a process that imported nothing of the plugin beforehand
+        [sys.executable, "-c", f"from pathlib import Path; from grpolab.lab.handlers import run_view; "
+         f"print(run_view(Path({str(elsewhere)!r}), 'run'))"],
+        cwd=elsewhere, env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert lab.returncode == 0, lab.stderr
+    assert "names_unit" in lab.stdout and "lab-error" not in lab.stdout
+
     script = elsewhere / "train_grpo.py"
     exported = grpolab("export-trl", "--config", config, "-o", str(script), cwd=elsewhere)
     assert exported.returncode == 0, exported.stderr
