@@ -141,6 +141,17 @@ def test_a_file_plugin_is_importable_by_its_name_for_env_module_class(tmp_path):
     assert importlib.import_module("plugin_env_mod_q") is module and module.VALUE == 7
 
 
+def test_two_folders_plugin_files_of_one_name_both_load_and_neither_replaces_the_other(tmp_path):
+    # two `new-env` folders each hold rewards.py; the lab (and a test session) reads both runs in one process
+    first, second = tmp_path / "a" / "same_name_plugin_q.py", tmp_path / "b" / "same_name_plugin_q.py"
+    for path, value in ((first, 1), (second, 2)):
+        path.parent.mkdir()
+        path.write_text(f"VALUE = {value}\n")
+    one, two = import_plugin(str(first)), import_plugin(str(second))
+    assert (one.VALUE, two.VALUE) == (1, 2) and one.__name__ == "same_name_plugin_q" and two.__name__ != one.__name__
+    assert import_plugin(str(second)) is two
+
+
 def test_an_env_that_cannot_load_says_pythonpath_and_plugins(cli):
     code, _, err = cli("tasks", "--env", "no_such_module_q:Env")
     assert code == 2 and "PYTHONPATH" in err and "plugin" in err

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grpolab.errors import UserError
-from grpolab.plugins import import_plugins, resolve_plugins
+from grpolab.plugins import import_recorded, resolve_plugins
 from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, THOUGHT_MIN_WORDS
 from grpolab.rewards.rubric import BUILTIN_RUBRIC
 
@@ -288,10 +288,7 @@ class LabConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _import_plugins(cls, data: Any) -> Any:
-        # before any field is validated: a config.json read back imports its run's plugins (grpolab.plugins)
-        plugins = data.get("plugins") if isinstance(data, dict) else None
-        if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
-            import_plugins(plugins)
+        import_recorded(data)  # before any field is validated: a config.json read back imports its run's plugins
         return data
 
 

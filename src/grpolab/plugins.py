@@ -13,6 +13,7 @@ Importing a plugin runs its code, as `--env module:Class` does: plugins are code
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -21,6 +22,7 @@ import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from grpolab.errors import UserError
 
@@ -73,6 +75,14 @@ def import_plugins(specs: Iterable[str]) -> list[ModuleType]:
     return [import_plugin(spec) for spec in specs]
 
 
+def import_recorded(config: Any) -> None:
+    """Import the plugins a config's JSON (a run's config.json, a TOML read as a dict) lists, before anything else in
+    it is validated; a `plugins` value that is not a list of strings is left for validation to name."""
+    listed = config.get("plugins") if isinstance(config, dict) else None
+    if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
+        import_plugins(listed)
+
+
 def import_plugin(spec: str) -> ModuleType:
     """One plugin: a module name on sys.path, or a path (relative ones from the working directory)."""
     if spec in _LOADED:
@@ -111,10 +121,11 @@ def _import_path(path: Path) -> ModuleType:
     if loaded is not None:
         if Path(getattr(loaded, "__file__", "") or "").resolve() == init.resolve():
             return loaded
-        raise UserError(
-            f"plugin {str(path)!r}: a module named {name!r} is already loaded ({getattr(loaded, '__file__', '?')})",
-            "rename the plugin file",
-        )
+        # another file of that name came first (two `new-env` folders each hold rewards.py, and the lab reads
+        # both runs in one process): this one gets a name of its own, so neither replaces the other
+        name = f"{name}_{hashlib.sha1(str(init.resolve()).encode()).hexdigest()[:8]}"
+        if name in sys.modules:
+            return sys.modules[name]
     # its folder goes on sys.path so that the plugin can import its siblings (a tools module beside a rewards one)
     folder = str(path.parent)
     if folder not in sys.path:

@@ -202,7 +202,7 @@ def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")], p
     from grpolab.rundir import RunDir
 
     load_plugin_options(plugin)
-    RunDir(run).read_config()  # imports the run's plugins (What GRPO changed builds its env), or says why not
+    RunDir(run).import_plugins()  # What GRPO changed builds the run's env; a config that is invalid is still reported
 
     skipped: list[str] = []
     with writing_to(RunDir(run).report_path, "--run"):

@@ -24,6 +24,7 @@ from grpolab.files import (
     unused_name,
     write_jsonl,
 )
+from grpolab.plugins import import_recorded
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
     CHECKPOINTS_DIR,
@@ -102,6 +103,11 @@ class Artifacts(RunPath):
         except Exception as exc:
             first = str(exc).splitlines()[0]
             raise UserError(f"{self.config_path} is not a valid config ({first})", "fix or remove it")
+
+    def import_plugins(self) -> None:
+        """Import the plugins config.json records (a UserError names one that no longer imports), without
+        validating the rest: a report still renders a run whose config is malformed."""
+        import_recorded(self.config_data())
 
     def config_data(self) -> Any:
         """config.json as JSON, which must be there and readable (UserError otherwise); not validated."""
