@@ -165,12 +165,12 @@ def changed_lab_url(tmp_path_factory, run_with, finance):
     yield from _serve(root)
 
 
-def _serve(root: Path):
-    """Serve `grpolab lab` over the runs folder `root` until the generator is closed: yields its URL."""
+def _serve(root: Path, *args: str):
+    """Serve `grpolab lab` over the runs folder `root` (and `args`) until the generator is closed: yields its URL."""
     port = _free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(root), "--port", str(port)],
+        [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(root), "--port", str(port), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
@@ -328,7 +328,7 @@ def _form(steps=None, sft=None, **change) -> dict:
 
 
 def test_each_form_value_lands_in_the_field_its_control_names():
-    from grpolab.lab.form import CONTROLS, config_from_form
+    from grpolab.lab.form import config_from_form, controls, demo_config
 
     values = {
         **FORM,
@@ -349,19 +349,19 @@ def test_each_form_value_lands_in_the_field_its_control_names():
         assert cfg.reward.weights == {"format": 2.0, "schema": 3.0, "completion": 5.0, "length": -0.25}
         assert (cfg.rollout.group_size, cfg.train.steps, cfg.train.sft_steps) == (6, 7, 9)
         assert (cfg.env, cfg.model) == ("finance", "tiny")
-    assert set(values) <= set(CONTROLS)
+    assert set(values) <= set(controls(demo_config()))
 
 
 def test_the_form_is_generated_from_the_bounds_defaults_and_field_docs():
     import gradio as gr
 
     from grpolab.config import field_doc
-    from grpolab.lab.form import CONTROLS, Form, demo_config, render
+    from grpolab.lab.form import Form, controls, demo_config, render
     from grpolab.lab.limits import BOUNDS
 
     demo = demo_config()
     with gr.Blocks():
-        components = render(CONTROLS.values(), demo, {"env": ["finance"], "model": ["smollm2", "tiny"]})
+        components = render(controls(demo).values(), demo, {"env": ["finance"], "model": ["smollm2", "tiny"]})
     for name in ("grpo.beta", "grpo.epsilon", "rollout.group_size", "simulator.lr", "simulator.steps"):
         assert (components[name].minimum, components[name].maximum) == (BOUNDS[name].low, BOUNDS[name].high)
     assert components["grpo.beta"].value == demo.grpo.beta and components["grpo.epsilon"].value == demo.grpo.epsilon
@@ -370,6 +370,53 @@ def test_the_form_is_generated_from_the_bounds_defaults_and_field_docs():
     form = Form(components)
     data = {components["grpo.epsilon"]: 0.3, components["grpo.beta"]: 0.1}
     assert form.named(data) == {"grpo.epsilon": 0.3, "grpo.beta": 0.1}
+
+
+def test_the_form_over_a_user_config_has_a_weight_per_component_of_its_env(tmp_path, request):
+    # `grpolab lab --config` on a folder new-env wrote: a data environment and a plugin's reward component
+    from grpolab.lab import form, handlers
+    from grpolab.scaffold import new_env
+
+    folder = new_env("units", tmp_path)
+    base = load_config(folder / "config.toml", {"model": "tiny"})
+    form.set_base_config(base)
+    request.addfinalizer(lambda: form.set_base_config(None))
+    controls = form.controls(base)
+    weights = [n.removeprefix(form.WEIGHT) for n in controls if n.startswith(form.WEIGHT)]
+    assert weights[:4] == ["format", "schema", "completion", "length"] and "names_unit" in weights
+    assert (
+        controls["reward.weights.names_unit"].default(base) == 0.5
+        and "unit" in controls["reward.weights.names_unit"].info()
+    )
+    values = {n: c.default(base) for n, c in controls.items()} | {"reward.weights.names_unit": 2.0}
+    cfg = form.config_from_form(values)
+    assert cfg.reward.weights["names_unit"] == 2.0 and (cfg.data, cfg.plugins) == (base.data, base.plugins)
+    cards, _, probes = handlers.simulate_view(values)
+    assert "lab-error" not in cards + probes and "U:" in probes  # the probes score under the user's component
+    other = form.config_from_form({**values, "env": "arithmetic"})  # another env: its defaults, not the data files
+    assert other.data == [] and other.reward.weights["names_unit"] == 2.0  # a registered component scores everywhere
+
+
+def test_an_envs_own_component_has_a_weight_only_while_that_env_is_picked(monkeypatch, request):
+    from grpolab.lab import form, handlers
+
+    from .test_plugins import polite_env, polite_grpolab
+
+    owned = polite_env(polite_grpolab)
+    real = form.env_of
+    monkeypatch.setattr(form, "env_of", lambda key: owned if '"env":"finance"' in key else real(key))
+    base = load_config(None, {"env": "finance", "model": "tiny"})
+    form.set_base_config(base)
+    request.addfinalizer(lambda: form.set_base_config(None))
+    controls = form.controls(base)
+    assert controls["reward.weights.polite"].default(base) == 0.5
+    values = {n: c.default(base) for n, c in controls.items()} | {"reward.weights.polite": 1.5}
+    assert form.config_from_form(values).reward.weights["polite"] == 1.5
+    assert "polite" not in form.config_from_form({**values, "env": "arithmetic"}).reward.weights
+    names = [n for n in controls if n.startswith(form.WEIGHT)]
+    shown = dict(zip(names, handlers.weights_shown("arithmetic", names)))
+    assert shown["reward.weights.polite"]["visible"] is False and shown["reward.weights.format"]["visible"] is True
+    assert handlers.weights_shown("finance", names)[names.index("reward.weights.polite")]["visible"] is True
 
 
 def test_run_names_and_paths_are_confined_to_the_runs_folder(runs_root, tmp_path):
@@ -592,6 +639,49 @@ def test_what_grpo_changed_transcripts_wrap_within_the_panel(changed_lab_url):
         page.locator("#run-changes").screenshot(path=str(ARTIFACTS / "lab-what-changed-wrapped.png"))
         browser.close()
     assert errors == [], errors
+
+
+def _downloaded_script(page, folder: Path, expected: str, timeout: float = 60) -> str:
+    """The TRL script the page's download button gives, once it holds `expected` (the export follows the form
+    asynchronously; the code view draws only the lines in sight, so the text is read from the download)."""
+    deadline, text = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        with page.expect_download(timeout=60_000) as dl:
+            page.locator("#download-script").click()
+        dl.value.save_as(folder / "downloaded.py")
+        text = (folder / "downloaded.py").read_text()
+        if expected in text:
+            return text
+        time.sleep(1)
+    raise AssertionError(f"{expected!r} not in the downloaded script:\n{text}")
+
+
+def test_the_lab_over_a_user_config_has_a_slider_for_its_component_in_chromium(tmp_path):
+    # `grpolab lab --config` on a folder new-env wrote: the user's component has its own weight on the page, and
+    # moving it reaches the simulator and the TRL script
+    from grpolab.scaffold import new_env
+
+    folder = new_env("units", tmp_path)
+    config = folder / "config.toml"
+    config.write_text(config.read_text().replace('env = "data"', 'env = "data"\nmodel = "tiny"'))
+    serving = _serve(tmp_path / "runs", "--config", str(config))
+    url = next(serving)
+    try:
+        with pytest.importorskip("playwright.sync_api").sync_playwright() as p:
+            browser, page, errors = _chromium_page(p)
+            page.goto(url)
+            page.locator("#sim-cards .lab-card").first.wait_for(timeout=60_000)
+            assert page.locator("#w-names_unit input").input_value() == "0.5"
+            script = _downloaded_script(page, tmp_path, "reward_weights=[1.0, 1.5, 3.0, -0.05, 0.5]")
+            assert "names_unit" in script and str(folder / "tasks.jsonl") in script  # the data env's own tasks
+            _set_number(page, "w-names_unit", "2")
+            _downloaded_script(page, tmp_path, "reward_weights=[1.0, 1.5, 3.0, -0.05, 2.0]")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "lab-user-config.png"), full_page=True)
+            browser.close()
+        assert errors == [], errors
+    finally:
+        serving.close()
 
 
 def test_the_try_it_box_answers_through_the_runs_agent(runs_root):

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from grpolab.cli.options import PluginOpt, err_console, load_plugin_options
+from grpolab.cli.options import PluginOpt, err_console, load_plugin_options, resolve_config
 from grpolab.errors import UserError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -58,6 +58,14 @@ def lab(
         typer.Option("--allow-model", help="A model name or path jobs started from the page may load."),
     ] = None,
     max_jobs: Annotated[int, typer.Option("--max-jobs", min=1, max=16, help="Training jobs running at once.")] = 2,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="TOML config the form starts from (your environment, its reward components' weights, your model); "
+            "the demo's when not given.",
+        ),
+    ] = None,
     plugin: PluginOpt = None,
 ) -> None:
     """Open the web lab: config and simulator, live runs, rollouts, preflight, TRL export (Gradio)."""
@@ -68,6 +76,11 @@ def lab(
     except ImportError as exc:
         raise UserError(f"the web lab needs gradio ({exc})", "pip install 'grpolab[lab]'")
     load_plugin_options(plugin)  # each run's own plugins are imported when its config is read
+    base = resolve_config(config, plugins=plugin) if config is not None else None
+    if base is not None:
+        from grpolab.lab.form import rubric_for
+
+        rubric_for(base)  # its environment builds (tasks, tools, verifier), or exit 2 before the page is served
     if runs.exists() and not runs.is_dir():
         raise UserError(f"--runs {runs} is a file", "pass the folder that holds (or will hold) run directories")
     check_listen(host or DEFAULT_HOST, port)
@@ -79,6 +92,7 @@ def lab(
             f"{', '.join(sorted(names))} (add others with --allow-host NAME).",
             markup=False,
         )
-    limits = LabLimits(allowed_models=tuple(allow_model or ()), max_jobs=max_jobs)
+    models = (*(allow_model or ()), *([base.model] if base is not None else []))  # the config's model is allowed
+    limits = LabLimits(allowed_models=tuple(models), max_jobs=max_jobs)
     print(f"grpolab lab on http://{host or DEFAULT_HOST}:{port}  (runs: {runs.resolve()})", flush=True)
-    launch(runs, host or DEFAULT_HOST, port, limits=limits, host_names=names)
+    launch(runs, host or DEFAULT_HOST, port, limits=limits, host_names=names, base=base)

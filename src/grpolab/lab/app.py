@@ -21,10 +21,20 @@ from typing import Any
 
 import gradio as gr
 
+from grpolab.config import LabConfig
 from grpolab.envs import env_names
 from grpolab.lab import handlers, views
 from grpolab.lab.explain import EXPLAINERS
-from grpolab.lab.form import CONFIG_CONTROLS, JOB_CONTROLS, SIMULATOR_CONTROLS, Form, demo_config, render
+from grpolab.lab.form import (
+    JOB_CONTROLS,
+    SIMULATOR_CONTROLS,
+    WEIGHT,
+    Form,
+    base_config,
+    config_controls,
+    render,
+    set_base_config,
+)
 from grpolab.lab.guard import LOOPBACK_NAMES, HostOriginGuard
 from grpolab.lab.limits import LabLimits
 from grpolab.report.trajectories import CSS as TRAJECTORY_CSS
@@ -50,8 +60,9 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
     limits = limits or LabLimits()
     exports = workdir / "exports"
     exports.mkdir(parents=True, exist_ok=True)
-    demo = demo_config()  # the form starts as the demo (the simulator is calibrated on its run)
-    choices = {"env": env_names(), "model": list(limits.models)}
+    base = base_config()  # the demo's (the simulator is calibrated on its run), or `lab --config FILE`
+    config_controls_ = config_controls(base)  # a weight per component of the base config's environment
+    choices = {"env": env_names(), "model": list(dict.fromkeys([*limits.models, base.model]))}
     with gr.Blocks(title="grpolab: Open-Weight Agent RL Lab") as page:
         gr.Markdown(
             "# Open-Weight Agent RL Lab: Policy & Reward Simulator\nReward config and GRPO settings on the "
@@ -60,7 +71,7 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
         with gr.Row():
             with gr.Column(scale=1, min_width=280):
                 gr.Markdown("### Rollout & reward config")
-                controls = render((*CONFIG_CONTROLS, *SIMULATOR_CONTROLS), demo, choices)
+                controls = render((*config_controls_, *SIMULATOR_CONTROLS), base, choices)
             with gr.Column(scale=3):
                 cards = gr.HTML(elem_id="sim-cards")
                 chart = gr.HTML(elem_id="sim-chart")
@@ -82,7 +93,7 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
         with gr.Accordion("Start or stop a real training run", open=False):
             with gr.Row():
                 new_name = gr.Textbox(label="new run name", value="lab-run")
-                controls |= render(JOB_CONTROLS, demo, choices)
+                controls |= render(JOB_CONTROLS, base, choices)
                 start_btn = gr.Button("start training", variant="primary")
                 stop_btn = gr.Button("stop (keeps the last checkpoint)", variant="stop")
             job_msg = gr.Markdown()
@@ -117,8 +128,9 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
 
         # the form reaches its handlers as one {component: value} dict (a set of inputs), read back by name
         form = Form(controls)
-        sim_inputs = form.inputs(CONFIG_CONTROLS, SIMULATOR_CONTROLS)
-        export_inputs = form.inputs(CONFIG_CONTROLS, JOB_CONTROLS)
+        sim_inputs = form.inputs(config_controls_, SIMULATOR_CONTROLS)
+        export_inputs = form.inputs(config_controls_, JOB_CONTROLS)
+        weight_boxes = [controls[c.name] for c in config_controls_ if c.name.startswith(WEIGHT)]
 
         def simulate(data):
             return handlers.simulate_view(form.named(data))
@@ -133,6 +145,12 @@ def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Bloc
         # per input could finish out of order and leave an older result on the page)
         gr.on([c.change for c in sim_inputs], simulate, sim_inputs, [cards, chart, probes], trigger_mode="always_last")
         gr.on([c.change for c in export_inputs], export, export_inputs, [script, download], trigger_mode="always_last")
+
+        def weights_shown(env):
+            # an environment's own components: their weights show while it is the one picked
+            return handlers.weights_shown(env, [c.name for c in config_controls_ if c.name.startswith(WEIGHT)])
+
+        controls["env"].change(weights_shown, [controls["env"]], weight_boxes)
 
         run_outputs = [run_summary, run_cards, run_chart, task, iteration, status, run_changes]
 
@@ -177,13 +195,16 @@ def launch(
     block: bool = True,
     limits: LabLimits | None = None,
     host_names: frozenset[str] = LOOPBACK_NAMES,
+    base: LabConfig | None = None,
 ) -> Any:
-    """Serve the page on host:port; only requests naming one of `host_names` are answered (`lab.guard`)."""
+    """Serve the page on host:port; only requests naming one of `host_names` are answered (`lab.guard`). The form
+    starts from `base` (the demo's config when None)."""
     from starlette.middleware import Middleware
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     if block and hasattr(signal, "SIGTERM"):  # before the folder exists, so no SIGTERM can leave it behind
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a normal exit: atexit removes the folder
+    set_base_config(base)
     workdir = private_workdir()
     print(f"private folder: {workdir} (exports, served files; removed on exit)", flush=True)
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])

@@ -1,5 +1,7 @@
 """The lab's form, generated from one table: each control names the field it sets, and its bounds (`lab.limits`),
-default (the demo's config) and help (the config field's docstring) are read from where they are declared.
+default (the lab's base config: the demo's, or `grpolab lab --config FILE`) and help (the config field's docstring)
+are read from where they are declared. The reward weights are one control per component of the base config's
+environment (`rubric_of`): built-ins, what plugins registered, and the environment's own.
 
 Values travel by name: the page hands a handler `{field name: value}` (`Form.named`), and `config_from_form` puts
 each value into the field its control names, so the order of the controls on the page cannot mix them up.
@@ -13,8 +15,10 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from grpolab.config import DEMO_CONFIG, LabConfig, field_doc, load_config
-from grpolab.lab.limits import BOUNDS, Bound, check_settings
-from grpolab.rewards.rubric import DEFAULT_RUBRIC
+from grpolab.envs import Environment, env_for
+from grpolab.envs.rubric import Rubric
+from grpolab.lab.limits import BOUNDS, Bound, check_env, check_settings
+from grpolab.rewards.rubric import rubric_of
 from grpolab.trust.simulate import DEFAULT_LR, SimSettings
 
 WEIGHT = "reward.weights."
@@ -45,43 +49,42 @@ class Control:
     """A slider's step."""
     help: str | None = None
     """Help for a control that is not a config field (config fields bring their docstring)."""
+    value: Any = None
+    """A fixed starting value (a weight's, read from the base config's rubric); None: read from the config."""
 
     @property
     def bound(self) -> Bound | None:
         return BOUNDS.get(WEIGHT.rstrip(".") if self.name.startswith(WEIGHT) else self.name)
 
     def info(self) -> str:
-        if self.help is not None:
-            return self.help
-        if self.name.startswith(WEIGHT):
-            return DEFAULT_RUBRIC[self.name.removeprefix(WEIGHT)].description
-        return field_doc(self.name)
+        return self.help if self.help is not None else field_doc(self.name)
 
-    def default(self, demo: LabConfig) -> Any:
-        """The control's starting value: the demo's (the simulator is calibrated on its run)."""
+    def default(self, base: LabConfig) -> Any:
+        """The control's starting value: the base config's (the demo's, on which the simulator is calibrated)."""
+        if self.value is not None:
+            return self.value
         if self.name == "simulator.lr":
             return DEFAULT_LR
         if self.name == "simulator.steps":
-            return demo.train.steps
-        if self.name.startswith(WEIGHT):
-            return demo.reward.weights[self.name.removeprefix(WEIGHT)]
-        node: Any = demo
+            return base.train.steps
+        node: Any = base
         for part in self.name.split("."):
             node = getattr(node, part)
         return node
 
 
 # fmt: off
-CONFIG_CONTROLS = (
+HEAD_CONTROLS = (
     Control("env",                 "environment",               "dropdown", _text),
     Control("model",               "base model",                "dropdown", _text, help=_MODEL_HELP),
-    *(Control(WEIGHT + n, f"weight {DEFAULT_RUBRIC.letter(n)} ({n})") for n in DEFAULT_RUBRIC.standard_names()),
+)
+GRPO_CONTROLS = (
     Control("grpo.beta",           "beta (KL)",                 "slider",   float, step=0.01),
     Control("grpo.epsilon",        "epsilon (clip)",            "slider",   float, step=0.01),
     Control("rollout.group_size",  "G",                         "slider",   int),
     Control("grpo.learning_rate",  "learning rate (real runs)", "number",   float),
 )
-"""The config the simulator, the export and a training job share, in page order."""
+"""With the weights between them: the config the simulator, the export and a training job share, in page order."""
 
 SIMULATOR_CONTROLS = (
     Control("simulator.lr",        "simulator step size",       "slider",   float, step=0.01, help=SimSettings.LR_DOC),
@@ -96,7 +99,17 @@ JOB_CONTROLS = (
 """What a real run (the export, a training job) adds to the config."""
 # fmt: on
 
-CONTROLS = {c.name: c for c in (*CONFIG_CONTROLS, *SIMULATOR_CONTROLS, *JOB_CONTROLS)}
+ENV_FIELDS = frozenset({"plugins", "env", "task_kinds", "prompt_example", "data", "data_env"})
+"""The config fields that say which environment (and which tasks, tools and verifier) a config runs."""
+
+_BASE: dict[str, LabConfig] = {}
+
+
+def set_base_config(cfg: LabConfig | None) -> None:
+    """The config the form starts from and fills in (`grpolab lab --config FILE`); None: the demo's."""
+    _BASE.clear()
+    if cfg is not None:
+        _BASE["base"] = cfg
 
 
 @lru_cache(maxsize=1)
@@ -105,22 +118,67 @@ def demo_config() -> LabConfig:
     return load_config(DEMO_CONFIG)
 
 
+def base_config() -> LabConfig:
+    """The lab's base config: what `set_base_config` set, else the demo's."""
+    return _BASE.get("base") or demo_config()
+
+
+def env_key(cfg: LabConfig) -> str:
+    """The part of `cfg` that names its environment, as JSON: the key environments are cached by."""
+    return cfg.model_dump_json(include=set(ENV_FIELDS))
+
+
+@lru_cache(maxsize=16)
+def env_of(key: str) -> Environment:
+    """The environment an `env_key` describes, built once per lab process (a data environment reads its files)."""
+    return env_for(LabConfig.model_validate_json(key))
+
+
+def rubric_for(cfg: LabConfig) -> Rubric:
+    """The components `cfg`'s environment is scored under."""
+    return rubric_of(env_of(env_key(cfg)))
+
+
+def weight_controls(base: LabConfig) -> tuple[Control, ...]:
+    """One weight control per component of the base config's environment, starting at the weight it scores with
+    (a component the config does not weight starts at its default weight)."""
+    rubric = rubric_for(base)
+    weights = rubric.resolve(dict(base.reward.weights))
+    return tuple(
+        Control(WEIGHT + n, f"weight {rubric.letter(n)} ({n})", help=c.description, value=weights.get(n, 0.0))
+        for n, c in rubric.components.items()
+    )
+
+
+def config_controls(base: LabConfig) -> tuple[Control, ...]:
+    """The config controls in page order: environment and model, the weights of `base`'s environment, GRPO."""
+    return (*HEAD_CONTROLS, *weight_controls(base), *GRPO_CONTROLS)
+
+
+def controls(base: LabConfig) -> dict[str, Control]:
+    """Every control of the page over `base`, by the field it sets."""
+    return {c.name: c for c in (*config_controls(base), *SIMULATOR_CONTROLS, *JOB_CONTROLS)}
+
+
 def config_from_form(values: Mapping[str, Any]) -> LabConfig:
     """The config a form describes: every config control's value, by name, into the field it names (the
-    simulator's knobs are ignored; the job controls are optional). Anything out of bounds is a UserError."""
+    simulator's knobs are ignored; the job controls are optional). On the base config's environment, what the form
+    does not show comes from the base config; on another, from the defaults. A weight is kept when the chosen
+    environment scores that component (and is not 0, beyond the standard four). Anything out of bounds is a
+    UserError."""
     overrides: dict[str, Any] = {}
-    weights: dict[str, float] = {}
-    for control in (*CONFIG_CONTROLS, *(c for c in JOB_CONTROLS if c.name in values)):
-        value = control.cast(values[control.name])
-        if control.name.startswith(WEIGHT):
-            weights[control.name.removeprefix(WEIGHT)] = value
-        else:
-            overrides[control.name] = value
+    for control in (*HEAD_CONTROLS, *GRPO_CONTROLS, *(c for c in JOB_CONTROLS if c.name in values)):
+        overrides[control.name] = control.cast(values[control.name])
     overrides["model"] = overrides["model"] or LabConfig.model_fields["model"].default
-    overrides["reward.weights"] = weights
-    # what the form does not show comes from the demo's config when the form is on the demo's environment
-    demo = demo_config()
-    cfg = load_config(None, overrides, base=demo if overrides["env"] == demo.env else None)
+    base = base_config()
+    check_env(overrides["env"])  # before it is built for its rubric
+    on_base = overrides["env"] == base.env
+    rubric = rubric_for(base if on_base else LabConfig(env=overrides["env"]))
+    weights = {k.removeprefix(WEIGHT): float(v) for k, v in values.items() if k.startswith(WEIGHT)}
+    # a component at weight 0 beyond the standard four is not scored at all, as when a config leaves it out
+    standard = rubric.standard_names()
+    overrides["reward.weights"] = {n: w for n, w in weights.items() if n in rubric.components and (w or n in standard)}
+    cfg = load_config(None, overrides, base=base if on_base else None)
     check_settings(cfg)  # the browser bounds the controls; a request can carry anything
     return cfg
 

@@ -7,6 +7,7 @@ numbers come from `grpolab.trust.simulate`, `grpolab.trust.probes`, `grpolab.trl
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -16,12 +17,11 @@ from typing import Any
 
 import gradio as gr
 
-from grpolab.config import LabConfig, load_config
-from grpolab.envs import env_for
+from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.lab import jobs, views
-from grpolab.lab.form import check_simulator, config_from_form
-from grpolab.lab.limits import LabLimits, inside
+from grpolab.lab.form import WEIGHT, base_config, check_simulator, config_from_form, env_key, env_of, rubric_for
+from grpolab.lab.limits import LabLimits, check_env, inside
 from grpolab.models import model_token_counter
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir
@@ -33,13 +33,13 @@ FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowE
 
 @lru_cache(maxsize=32)
 def _profiles(env: str, model: str, length_unit: int, extra: tuple[str, ...], thought_min_words: int) -> Any:
-    """Class profiles of an environment, lengths counted by `model`'s tokenizer; `extra`: the weighted components
-    beyond the standard ones."""
+    """Class profiles of an environment (`form.env_key`), lengths counted by `model`'s tokenizer; `extra`: the
+    weighted components beyond the standard ones."""
     from grpolab.trust.simulate import measure_profiles
 
     weights = dict.fromkeys(extra, 1.0)
     return measure_profiles(
-        env_for(LabConfig(env=env)),
+        env_of(env),
         model_token_counter(model),
         length_unit,
         weights=weights,
@@ -48,11 +48,12 @@ def _profiles(env: str, model: str, length_unit: int, extra: tuple[str, ...], th
 
 
 @lru_cache(maxsize=64)
-def _probes(env: str, model: str, weights: tuple[tuple[str, float], ...]) -> dict:
+def _probes(env: str, model: str, reward: str) -> dict:
+    """The probe report of an environment (`form.env_key`) under a reward section (JSON)."""
     from grpolab.trust.preflight import probe_report
 
-    cfg = load_config(None, {"env": env, "model": model, "reward.weights": dict(weights)})
-    return probe_report(env_for(cfg), cfg, model_token_counter(model), n_tasks=3)
+    cfg = LabConfig.model_validate({**json.loads(env), "model": model, "reward": json.loads(reward)})
+    return probe_report(env_of(env), cfg, model_token_counter(model), n_tasks=3)
 
 
 def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -64,17 +65,30 @@ def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
         lr, steps = check_simulator(values)
         r = cfg.reward
         extra = tuple(sorted(k for k, w in r.weights.items() if w and k not in standard_names()))
-        profiles = _profiles(cfg.env, cfg.model, r.length_unit, extra, r.thought_min_words)
+        profiles = _profiles(env_key(cfg), cfg.model, r.length_unit, extra, r.thought_min_words)
         result = simulate(profiles, DEFAULT_PRIOR, SimSettings(cfg, steps, lr=lr))
     except FORM_ERRORS as exc:
         msg = views.message(f"cannot simulate this setting: {exc}", "error")
         return msg, msg, msg
     chart = views.chart(result["iterations"], "simulated: reward, kl, tool_token_mass per iteration")
     try:
-        probes = views.preflight_panel(_probes(cfg.env, cfg.model, tuple(sorted(cfg.reward.weights.items()))))
+        probes = views.preflight_panel(_probes(env_key(cfg), cfg.model, cfg.reward.model_dump_json()))
     except (UserError, ValueError, KeyError, IndexError) as exc:
         probes = views.message(f"probes unavailable for {cfg.env}: {exc}", "warn")
     return views.sim_cards(result, cfg.grpo.kl_bound), chart, probes
+
+
+def weights_shown(env: str | None, names: list[str]) -> list[Any]:
+    """Which weight controls (`reward.weights.NAME`, in `names`) to show when the form picks `env`: those of the
+    components it is scored under (the base config's environment, or another's rubric); all of them when it cannot
+    be built (the simulator then names why)."""
+    base = base_config()
+    try:
+        check_env(env)
+        known = rubric_for(base if env == base.env else LabConfig(env=str(env))).components
+    except FORM_ERRORS:
+        return [gr.update() for _ in names]
+    return [gr.update(visible=n.removeprefix(WEIGHT) in known) for n in names]
 
 
 KEEP_EXPORTS = 16

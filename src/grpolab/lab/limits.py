@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
@@ -74,12 +75,18 @@ class LabLimits:
         self.check_model(cfg.model)
 
 
-def check_settings(cfg: LabConfig) -> None:
-    """The environment and the bounded settings of a config built from the form (before anything uses it)."""
+def check_env(env: Any) -> None:
+    """An environment the form may name: one the lab offers, never module:attr (an import and a call) from a web
+    request."""
     from grpolab.envs import env_names
 
-    if cfg.env not in env_names():  # never module:attr (an import and a call) from a web request
-        raise UserError(f"environment {cfg.env!r} is not offered by the lab", f"use one of: {', '.join(env_names())}")
+    if env not in env_names():
+        raise UserError(f"environment {env!r} is not offered by the lab", f"use one of: {', '.join(env_names())}")
+
+
+def check_settings(cfg: LabConfig) -> None:
+    """The environment and the bounded settings of a config built from the form (before anything uses it)."""
+    check_env(cfg.env)
     for name, bound in BOUNDS.items():
         section, _, key = name.partition(".")
         if section == "simulator":
