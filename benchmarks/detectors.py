@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpolab.config import LabConfig
-from grpolab.rundir.snapshot import finite_number
+from grpolab.rundir.numbers import finite_number
 from grpolab.trust.alarms import check_alarms
 from grpolab.trust.attribution import attribution
 from grpolab.trust.drift import drift_alarms

@@ -17,7 +17,8 @@ from grpolab.report.html import probe_table
 from grpolab.report.trajectories import trajectory_pair
 from grpolab.rewards.rubric import DEFAULT_RUBRIC
 from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
-from grpolab.rundir.snapshot import drawable, num, section
+from grpolab.rundir.numbers import drawable, num
+from grpolab.rundir.snapshot import section
 from grpolab.trust.behaviour import HACK_CLASSES
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,

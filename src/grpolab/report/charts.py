@@ -12,7 +12,7 @@ from grpolab.vocabulary import KL_BOUND, is_heldout
 def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> str:
     """One small chart of `keys` against `step`; alarm steps shaded; held-out points marked. Values matplotlib
     cannot place (axis ranges that overflow) give a line saying so instead of the chart, never an exception:
-    callers draw rows the snapshot already bounded (`rundir.snapshot.drawable`), so this is the last guard."""
+    callers draw rows the snapshot already bounded (`rundir.numbers.drawable`), so this is the last guard."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -21,7 +21,8 @@ from grpolab.report.charts import svg_chart
 from grpolab.report.trajectories import page, side_by_side
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir, read_snapshot
-from grpolab.rundir.snapshot import drawable, good_probes, num
+from grpolab.rundir.numbers import drawable, num
+from grpolab.rundir.snapshot import good_probes
 from grpolab.vocabulary import (
     CONVERGENCE,
     FRAC_ZERO_STD,

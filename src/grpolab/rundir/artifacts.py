@@ -41,6 +41,7 @@ from grpolab.rundir.layout import (
     TRL_DIR,
     eval_file,
 )
+from grpolab.rundir.numbers import finite_number
 from grpolab.vocabulary import HELDOUT_SUCCESS
 
 if TYPE_CHECKING:
@@ -228,8 +229,6 @@ class Artifacts(RunPath):
 
     def heldout_at_start(self) -> float | None:
         """Held-out success before GRPO (eval label "0"), if it was measured."""
-        from grpolab.rundir.snapshot import finite_number  # (snapshot reads through Artifacts)
-
         return finite_number(self.eval_summary().get("0", {}).get(HELDOUT_SUCCESS))
 
     # ---- stop requests ----

@@ -8,52 +8,21 @@ value that cannot be drawn (not a finite number, or beyond ±MAX_DRAWN) are left
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpolab.rundir.artifacts import Artifacts
 from grpolab.rundir.layout import CONFIG_FILE, METRICS_FILE, PREFLIGHT_FILE, SUMMARY_FILE, eval_file
+from grpolab.rundir.numbers import MAX_DRAWN, drawable, number
 from grpolab.vocabulary import ALARMS
 
 MAX_STEP = 2**53
 """Steps beyond this cannot be drawn (floats); a row claiming one is malformed."""
-MAX_DRAWN = 1e15
-"""Values are drawn, shown, summed and compared within ±MAX_DRAWN. No reward, probability, KL, count or time a run
-records comes near it; beyond about 1e307 plot ranges and sums overflow (matplotlib raised on ±1.7e308)."""
 PROBE_FIELDS = {"probe": str, "task_id": str, "score": float, "honest": float, "breakdown": str}
 """The fields (and types) a probe row of preflight.json needs to be shown (float: a number `drawable` accepts)."""
 EPISODE_NUMBERS = ("tokens", "turns", "total", "valid_calls")
 """Fields of an episode row that are numbers when present (the classifier compares them)."""
-
-
-def number(x: Any) -> bool:
-    """A real number (int or float, not a bool); it may still be NaN, infinite or beyond a float's range."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def finite(x: Any) -> bool:
-    """A real number a float holds finitely: not a bool, NaN or infinite, nor an integer beyond a float's range."""
-    try:
-        return number(x) and math.isfinite(x)
-    except OverflowError:  # an int too large for a float (a 400-digit integer in a hand-edited file)
-        return False
-
-
-def finite_number(x: Any) -> float | None:
-    """The value as a float when it is a real, finite number (see `finite`), else None."""
-    return float(x) if finite(x) else None
-
-
-def drawable(x: Any) -> bool:
-    """A finite number within ±MAX_DRAWN: what the report, the lab and sim-to-real draw, show and compare."""
-    return finite(x) and abs(x) <= MAX_DRAWN
-
-
-def num(x: Any, fmt: str = "+.2f") -> str:
-    """A value as it is shown: formatted when it can be drawn (`drawable`), else "n/a"."""
-    return format(x, fmt) if drawable(x) else "n/a"
 
 
 def section(data: dict[str, Any], name: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from grpolab.config import LabConfig
-from grpolab.rundir.snapshot import finite, finite_number
+from grpolab.rundir.numbers import finite, finite_number
 from grpolab.trust.attribution import attribution
 from grpolab.trust.drift import drift_alarms
 from grpolab.vocabulary import (

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from grpolab.rundir.snapshot import finite_number
+from grpolab.rundir.numbers import finite_number
 from grpolab.vocabulary import REWARD_MEAN, SUCCESS, attribution_key, reward_key
 
 VERIFIER = "completion"

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpolab.rewards.components import BUILTIN_NAMES
-from grpolab.rundir.snapshot import finite_number
+from grpolab.rundir.numbers import finite_number
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
 from grpolab.vocabulary import EPISODES, SUCCESS, behaviour_key, class_key
 
