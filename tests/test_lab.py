@@ -186,9 +186,11 @@ def _serve(root: Path, *args: str):
     else:
         proc.kill()
         pytest.fail(proc.stdout.read().decode(errors="replace"))
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    try:
+        yield url
+    finally:  # a generator closed by hand (not as a fixture) ends here too
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def _set_number(page, elem_id: str, value: str) -> None:

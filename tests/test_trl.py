@@ -76,7 +76,9 @@ def test_exported_grpo_config_equals_the_lab_config(tmp_path):
     ns = runpy.run_path(str(_script(tmp_path, ODD)), run_name="exported")
     args = ns["training_args"](str(tmp_path / "o"))
     assert args.num_generations == cfg.rollout.group_size == 4
-    assert args.per_device_train_batch_size == cfg.train.prompts_per_step * cfg.rollout.group_size
+    episodes = cfg.train.prompts_per_step * cfg.rollout.group_size  # in micro-batches within the token budget
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == episodes
+    assert args.steps_per_generation == args.gradient_accumulation_steps
     assert args.max_steps == cfg.train.steps * cfg.grpo.mu and args.num_iterations == cfg.grpo.mu
     assert args.learning_rate == cfg.grpo.learning_rate and args.beta == cfg.grpo.beta
     assert (args.epsilon, args.epsilon_high) == (cfg.grpo.epsilon, cfg.grpo.epsilon_high)
@@ -85,7 +87,7 @@ def test_exported_grpo_config_equals_the_lab_config(tmp_path):
     assert (args.temperature, args.top_p) == (cfg.rollout.temperature, cfg.rollout.top_p)
     assert args.max_grad_norm == cfg.grpo.max_grad_norm and args.seed == cfg.seed
     assert args.reward_weights == [cfg.reward.weights[k] for k in ("format", "schema", "completion", "length")]
-    assert args.gradient_accumulation_steps == 1 and args.lr_scheduler_type == "constant"
+    assert args.lr_scheduler_type == "constant"
     assert args.bf16 is False and args.gradient_checkpointing is False  # CPU: never TRL's bf16 default
     lora = ns["peft_config"]()
     assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (8, 24, 0.05)
@@ -195,6 +197,78 @@ def test_trl_path_masks_tool_output_from_the_loss(trainer, monkeypatch):
     t.current_gradient_accumulation_steps = 1  # set by the training loop; this test calls the loss directly
     loss = t.compute_loss(t.model, out)
     assert torch.isfinite(loss)
+
+
+def _scripted_references(model, tokenizer, env_, tasks, group, s, gen):
+    """A rollout that returns each task's reference transcript `group` times (tool responses included)."""
+    from grpolab.engine.rollout import Episode
+
+    eps = []
+    for task in tasks:
+        for _ in range(group):
+            p, c, m = reference_tokens(tokenizer, env_, task)
+            eps.append(Episode(task, 0, p, c, m, [0.0] * len(c)))
+    return eps
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "cispo"])
+def test_trl_micro_batches_give_the_one_batch_loss(trainer, monkeypatch, loss_type):
+    """The mapping splits a step into micro-batches (gradient accumulation over one generation batch): summed, their
+    losses are the loss of the step taken in one batch, for every loss type it splits."""
+    t, cfg, env, tok = trainer
+    import grpolab.trl.backend as backend
+
+    monkeypatch.setattr(backend, "run_episodes", _scripted_references)
+    monkeypatch.setattr(t, "loss_type", loss_type)
+    rows = [r for r in prompt_rows(env)[:2] for _ in range(cfg.rollout.group_size)]
+    t.model.train()
+    out = t._generate_and_score_completions(rows)
+    n = len(rows)
+
+    def part(i: int, j: int) -> dict:
+        return {k: v[i:j] if isinstance(v, torch.Tensor) and v.dim() and len(v) == n else v for k, v in out.items()}
+
+    with torch.no_grad():
+        monkeypatch.setattr(t, "current_gradient_accumulation_steps", 1, raising=False)
+        monkeypatch.setattr(t.args, "steps_per_generation", 1)
+        whole = t.compute_loss(t.model, out)
+        monkeypatch.setattr(t, "current_gradient_accumulation_steps", 2, raising=False)
+        monkeypatch.setattr(t.args, "steps_per_generation", 2)
+        halves = t.compute_loss(t.model, part(0, n // 2)) + t.compute_loss(t.model, part(n // 2, n))
+    assert torch.isfinite(whole) and torch.allclose(whole, halves, rtol=1e-5, atol=1e-7), (whole, halves)
+
+
+def test_the_trl_step_is_micro_batched_within_the_native_token_budget(tmp_path):
+    from grpolab.config import DEMO_CONFIG
+    from grpolab.trl.settings import grpo_settings, micro_batch, micro_batch_cap
+
+    demo = load_config(DEMO_CONFIG)  # 16 episodes of up to 2 x 160 policy tokens
+    args = {s.name: s.value for s in grpo_settings(demo, "o")}
+    assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (4, 4)
+    assert args["steps_per_generation"] == 4  # one generation batch, the whole step, per optimizer step
+    bnpo = {
+        s.name: s.value
+        for s in grpo_settings(
+            demo.model_copy(update={"grpo": demo.grpo.model_copy(update={"loss_type": "bnpo"})}), "o"
+        )
+    }
+    assert (bnpo["per_device_train_batch_size"], bnpo["gradient_accumulation_steps"]) == (16, 1)
+    assert [micro_batch(n, 4) for n in (16, 8, 12, 6, 7, 1)] == [4, 4, 4, 3, 1, 1]
+    assert micro_batch_cap(demo) == 5
+    # the script decides it where it runs: two processes take 8 episodes each, in 2 micro-batches of 4
+    script = tmp_path / "train_grpo.py"
+    export_trl(load_config(DEMO_CONFIG, {"model": "tiny"}), script)
+    env = {**os.environ, "WORLD_SIZE": "2"}
+    code = (
+        f"import runpy; ns = runpy.run_path({str(script)!r}, run_name='exported'); "
+        "print(ns['MICRO_BATCH'], ns['EPISODES_PER_STEP'] // ns['WORLD_SIZE'] // ns['MICRO_BATCH'])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["4", "2"]
+    text = script.read_text()  # (GRPOConfig itself needs the launcher's process group for WORLD_SIZE=2)
+    for arg in ("per_device_train_batch_size=MICRO_BATCH", "gradient_accumulation_steps=EPISODES_PER_STEP // "):
+        assert arg in text, arg
 
 
 def test_trl_truncation_mask_drops_exactly_the_budget_cut_episodes(trainer, monkeypatch):

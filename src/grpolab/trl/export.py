@@ -24,11 +24,21 @@ import grpolab
 from grpolab.config import LabConfig, config_to_dict
 from grpolab.errors import UserError
 from grpolab.files import output_folder, output_target, write_output
-from grpolab.trl.settings import TRL_VERSION, Setting, grpo_settings, lora_settings, trl_section_notes, unsupported
+from grpolab.trl.settings import (
+    TRL_VERSION,
+    Setting,
+    grpo_settings,
+    lora_settings,
+    micro_batch_cap,
+    trl_section_notes,
+    unsupported,
+)
 
 RUNTIME = {
     "output_dir": "output_dir",
-    "per_device_train_batch_size": "EPISODES_PER_STEP // WORLD_SIZE",
+    "per_device_train_batch_size": "MICRO_BATCH",
+    "gradient_accumulation_steps": "EPISODES_PER_STEP // WORLD_SIZE // MICRO_BATCH",
+    "steps_per_generation": "EPISODES_PER_STEP // WORLD_SIZE // MICRO_BATCH",
     "bf16": "BF16",
     "use_cpu": 'DEVICE == "cpu"',
 }
@@ -211,6 +221,10 @@ def render_script(
         "episodes": [
             f"EPISODES_PER_STEP = {cfg.train.prompts_per_step * cfg.rollout.group_size}"
             "  # train.prompts_per_step x rollout.group_size"
+        ],
+        "micro_cap": [
+            f"MICRO_BATCH_CAP = {micro_batch_cap(cfg)}"
+            "  # most episodes per forward and backward (the native token budget: grpolab.trl.settings)"
         ],
         "grpo_args": _args_lines(grpo_settings(cfg, default_out)),
         "peft": peft or ["return None  # lora.enabled = false: full fine-tuning (TRL keeps a frozen reference copy)"],

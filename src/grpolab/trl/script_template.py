@@ -37,7 +37,7 @@ from grpolab.config import LabConfig  # noqa: E402
 from grpolab.envs import env_for  # noqa: E402
 from grpolab.models import load_model  # noqa: E402
 from grpolab.trl.backend import LabRollout, prompt_rows, reward_functions, sft_rows  # noqa: E402
-from grpolab.trl.settings import bf16_here  # noqa: E402
+from grpolab.trl.settings import bf16_here, micro_batch  # noqa: E402
 
 # Lab settings TRL cannot express (also printed by `grpolab export-trl`):  # @lab: unsupported
 
@@ -51,6 +51,8 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BF16 = bf16_here(LAB_CONFIG.get("train", {}).get("precision", "fp32"))  # bf16 where this machine runs it natively
 if EPISODES_PER_STEP % WORLD_SIZE:
     sys.exit(f"{EPISODES_PER_STEP} episodes per step do not split over {WORLD_SIZE} processes: change the count")
+MICRO_BATCH_CAP = 4  # @lab: micro_cap
+MICRO_BATCH = micro_batch(EPISODES_PER_STEP // WORLD_SIZE, MICRO_BATCH_CAP)  # episodes per forward and backward
 
 
 def training_args(output_dir: str) -> GRPOConfig:

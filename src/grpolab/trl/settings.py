@@ -20,6 +20,7 @@ import torch
 
 from grpolab.config import LabConfig
 from grpolab.engine.precision import native_bf16
+from grpolab.engine.trainer import MICRO_BATCH_TOKENS
 from grpolab.errors import UserError
 from grpolab.models import LORA_FIELDS, peft_lora_args
 from grpolab.rundir import KEEP_CHECKPOINTS
@@ -56,9 +57,27 @@ def grpo_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
     return _with_section(_mapped_settings(cfg, output_dir), trl_section(cfg))
 
 
+def micro_batch_cap(cfg: LabConfig) -> int:
+    """The most episodes TRL runs in one forward and backward: as many as fit the native engine's
+    MICRO_BATCH_TOKENS at their full policy budget (rollout.max_new_tokens x rollout.max_turns each; TRL pads each
+    to the longest and runs every prompt again, so its micro-batches hold more positions than the native ones).
+    bnpo keeps them all in one: TRL takes its token mean per micro-batch, which would change the loss."""
+    if cfg.grpo.loss_type == "bnpo":
+        return cfg.train.prompts_per_step * cfg.rollout.group_size
+    return max(1, MICRO_BATCH_TOKENS // (cfg.rollout.max_new_tokens * cfg.rollout.max_turns))
+
+
+def micro_batch(per_process: int, cap: int) -> int:
+    """Episodes per micro-batch: the largest divisor of a process's episodes per step that is at most `cap` (a step
+    is then `per_process // micro_batch` micro-batches of one size, whose gradients TRL accumulates)."""
+    return max(d for d in range(1, max(per_process, 1) + 1) if per_process % d == 0 and d <= max(cap, 1))
+
+
 def _mapped_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
     g = cfg.grpo
     episodes = cfg.train.prompts_per_step * cfg.rollout.group_size
+    micro = micro_batch(episodes, micro_batch_cap(cfg))
+    accumulate = "one optimizer step per batch of rollouts, as the native engine"
     bf16 = bf16_here(cfg.train.precision)
     names = list(cfg.reward.weights)
     return [
@@ -66,10 +85,11 @@ def _mapped_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
         Setting("num_generations", cfg.rollout.group_size, "rollout.group_size"),
         Setting(
             "per_device_train_batch_size",
-            episodes,
-            "train.prompts_per_step x rollout.group_size / processes",
+            micro,
+            "episodes per forward+backward: the native token budget (micro_batch_cap)",
         ),
-        Setting("gradient_accumulation_steps", 1, "one optimizer step per batch of rollouts, as the native engine"),
+        Setting("gradient_accumulation_steps", episodes // micro, accumulate),
+        Setting("steps_per_generation", episodes // micro, "one generation batch (the whole step) per optimizer step"),
         Setting("num_iterations", g.mu, "grpo.mu"),
         Setting("max_steps", cfg.train.steps * g.mu, "train.steps x grpo.mu (TRL counts optimizer steps)"),
         Setting("learning_rate", g.learning_rate, "grpo.learning_rate"),
