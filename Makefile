@@ -25,6 +25,7 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(PY) benchmarks/readme_table.py --check
 	$(PY) -m pytest -q
 
 bench: setup

@@ -1,34 +1,28 @@
-"""Write the README's results table from benchmarks/results/*.json (never typed by hand).
+"""Write docs/results.md and the README's measured tables from benchmarks/results/*.json (never typed by hand).
 
-    .venv/bin/python benchmarks/readme_table.py
+    .venv/bin/python benchmarks/readme_table.py            # write them
+    .venv/bin/python benchmarks/readme_table.py --check    # exit 1 when a written file is stale (make test runs it)
 
-Replaces the text between `<!-- results:start -->` and `<!-- results:end -->` in README.md. A benchmark whose
-results file is missing gets a row saying so.
+docs/results.md is written whole: the table of every result (figure, command, date) and the readings of
+`readings.py`. In README.md only the text between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers is
+replaced (`demo`: the demo's table, `byo`: the scaffold's). A benchmark whose results file is missing gets a row
+saying so, or no section.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import platform
+import sys
 from pathlib import Path
 
+import readings
+from readings import ci, load, pct, points
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-START, END = "<!-- results:start -->", "<!-- results:end -->"
-
-
-def _load(name: str) -> dict | None:
-    path = RESULTS / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
-def _ci(point: list[float]) -> str:
-    """A (mean, low, high) fraction as `54% [44-63%]`."""
-    return f"{_pct(point[0])} [{100 * point[1]:.0f}-{_pct(point[2])}]"
+RESULTS = readings.RESULTS
+RESULTS_MD = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
 
 
 def _vs_trl(v: dict) -> str:
@@ -45,7 +39,7 @@ def _vs_trl(v: dict) -> str:
         )
     return (
         out + f"; {s['max_new_tokens']} tokens x G={s['G']} per step, equal work; "
-        f"{_pct(n['fraction_of_matmul_peak'])} vs {_pct(t['fraction_of_matmul_peak'])} of the measured fp32 matmul "
+        f"{pct(n['fraction_of_matmul_peak'])} vs {pct(t['fraction_of_matmul_peak'])} of the measured fp32 matmul "
         f"peak ({v['matmul_gflops_fp32']:.0f} GFLOP/s)"
     )
 
@@ -68,7 +62,7 @@ def _step_cost(r: dict) -> str:
         unit = (
             f". Per unit of work: decode {u['decode_ms_per_token']:.1f} ms per decoded token, reference + "
             f"forward + backward {u['update_ms_per_policy_token']:.1f} ms per policy token; a group padded to its "
-            f"longest episode would be {_pct(min(pad))}-{_pct(max(pad))} padding"
+            f"longest episode would be {pct(min(pad))}-{pct(max(pad))} padding"
         )
     return (
         f"{r['s_per_step']:.1f} s/step ({r['engine']}): " + "; ".join(parts) + unit + ". "
@@ -91,18 +85,18 @@ def _decode_step(d: dict) -> str:
     v = d["variants"]
     return (
         f"{d['rows']} rows x {d['context']} tokens of context: through peft's modules "
-        f"{v['modules']['ms_per_step']:.0f} ms/step ({_pct(v['modules']['fraction_of_bound'])} of its bound), "
+        f"{v['modules']['ms_per_step']:.0f} ms/step ({pct(v['modules']['fraction_of_bound'])} of its bound), "
         "fused rollout weights "
-        f"{v['fused']['ms_per_step']:.0f} ms/step ({_pct(v['fused']['fraction_of_bound'])}; building them "
+        f"{v['fused']['ms_per_step']:.0f} ms/step ({pct(v['fused']['fraction_of_bound'])}; building them "
         f"{d['fused_build_ms']:.0f} ms once per rollout, counted), {d['speedup_fused']:.2f}x; "
         + (
             f"the same weights in oneDNN's packed layout {v['packed_sdpa']['ms_per_step']:.0f} ms/step "
-            f"({_pct(v['packed_sdpa']['fraction_of_bound'])}; packing {d['packed_build_ms']:.0f} ms per rollout, "
+            f"({pct(v['packed_sdpa']['fraction_of_bound'])}; packing {d['packed_build_ms']:.0f} ms per rollout, "
             f"counted), {d['speedup_packed']:.2f}x more; one-token attention as two batched matmuls instead of SDPA "
             f"{v['packed']['ms_per_step']:.0f} ms/step, {d['speedup_direct_attention']:.2f}x; "
             if "packed_sdpa" in v
             else f"the same weights in oneDNN's packed layout {v['packed']['ms_per_step']:.0f} ms/step "
-            f"({_pct(v['packed']['fraction_of_bound'])}; packing {d['packed_build_ms']:.0f} ms per rollout, counted), "
+            f"({pct(v['packed']['fraction_of_bound'])}; packing {d['packed_build_ms']:.0f} ms per rollout, counted), "
             f"{d['speedup_packed']:.2f}x more; "
             if "packed" in v
             else ""
@@ -151,12 +145,6 @@ TRANSFER = {
 """Issue 26's settings (benchmarks/learning_transfer.py), with the name of their row."""
 
 
-def _points(margin: list[float]) -> str:
-    """A (mean, low, high) difference of fractions as `+12 points [-3, +27]`."""
-    m, lo, hi = (100 * x for x in margin)
-    return f"{m:+.0f} points [{lo:+.0f}, {hi:+.0f}]"
-
-
 def _transfer(t: dict, what: str) -> list[str]:
     n = len(t["seeds"])
     seeds = f"{n} seed{'s' if n > 1 else ''} x {t['per_kind']} held-out tasks per kind"
@@ -168,16 +156,16 @@ def _transfer(t: dict, what: str) -> list[str]:
     parts = []
     for arm, envs in t["success"].items():
         per_env = ", ".join(
-            f"{env} {'; '.join(f'{k} {_ci(v)}' for k, v in kinds.items())}" for env, kinds in envs.items()
+            f"{env} {'; '.join(f'{k} {ci(v)}' for k, v in kinds.items())}" for env, kinds in envs.items()
         )
-        parts.append(f"{arm}: {per_env}; retention (capitals) {_ci(t['retention'][arm])}")
-    fig = " / ".join(parts) + f" (base model's retention {_pct(t['base_retention'])})"
+        parts.append(f"{arm}: {per_env}; retention (capitals) {ci(t['retention'][arm])}")
+    fig = " / ".join(parts) + f" (base model's retention {pct(t['base_retention'])})"
     if warm_start_only:
-        fig += "; retention per seed " + ", ".join(f"{r['seed']}: {_pct(r['retention'])}" for r in t["runs"])
+        fig += "; retention per seed " + ", ".join(f"{r['seed']}: {pct(r['retention'])}" for r in t["runs"])
     rows = [f"| {title} | {fig} | `{t['command']}` | {t['date']} |"]
     if t["grpo_margin_over_matched_sft"]:
         margins = "; ".join(
-            f"{env} {k} {_points(v)}"
+            f"{env} {k} {points(v)}"
             for env, kinds in t["grpo_margin_over_matched_sft"].items()
             for k, v in kinds.items()
         )
@@ -190,12 +178,11 @@ def _transfer(t: dict, what: str) -> list[str]:
 def _learning(lr: dict, what: str = "learning on finance") -> list[str]:
     arms = lr["arms"]
     fig = "; ".join(
-        f"{name}: success {_ci(a['success'])}, tool calls {_ci(a['tool_call_prob'])}" for name, a in arms.items()
+        f"{name}: success {ci(a['success'])}, tool calls {ci(a['tool_call_prob'])}" for name, a in arms.items()
     )
     seeded = next(iter(arms.values()))
     fig += (
-        f" (after seeding: success {_pct(seeded['seeded_success'])}, tool calls "
-        f"{_pct(seeded['seeded_tool_call_prob'])})"
+        f" (after seeding: success {pct(seeded['seeded_success'])}, tool calls {pct(seeded['seeded_tool_call_prob'])})"
     )
     n = len(lr["seeds"])
     title = f"{what}, {n} seed{'s' if n > 1 else ''} x {lr['heldout_tasks']} held-out tasks, mean [95% CI]"
@@ -212,7 +199,7 @@ def _learning(lr: dict, what: str = "learning on finance") -> list[str]:
 
 def _seeding(sd: dict) -> str:
     cells = ", ".join(
-        f"{r['sft_steps']}: {_pct(r['tool_call_prob'])} / {_pct(r['success'])}"
+        f"{r['sft_steps']}: {pct(r['tool_call_prob'])} / {pct(r['success'])}"
         + (f" (seed {r['seed']})" if len({x["seed"] for x in sd["rows"]}) > 1 else "")
         for r in sd["rows"]
     )
@@ -221,7 +208,7 @@ def _seeding(sd: dict) -> str:
 
 
 def _bfcl_parity_row() -> str:
-    p = _load("bfcl_parity")
+    p = load("bfcl_parity")
     if not p:
         return "| BFCL checker parity | not measured yet | `python benchmarks/bfcl_parity.py` | |"
     o, g, m = p["overall"], p["gold"], p["model_outputs"]
@@ -244,10 +231,10 @@ def _hack_detection(h: dict) -> str:
     parts = []
     for name, d in h["detectors"].items():
         t = d["test"]
-        recall = "n/a" if t["recall"] is None else _pct(t["recall"])
-        fa = "n/a" if t["false_alarms"] is None else _pct(t["false_alarms"])
+        recall = "n/a" if t["recall"] is None else pct(t["recall"])
+        fa = "n/a" if t["false_alarms"] is None else pct(t["false_alarms"])
         clean = t.get("false_alarms_honest_configs")
-        fa += "" if clean is None else f" ({_pct(clean)} on honest configs)"
+        fa += "" if clean is None else f" ({pct(clean)} on honest configs)"
         lead = "n/a" if t["median_lead"] is None else f"{t['median_lead']:+g}"
         parts.append(f"{name}: recall {recall}, false alarms {fa}, lead {lead}")
     test = next(iter(h["detectors"].values()))["test"]
@@ -260,56 +247,56 @@ def _hack_detection(h: dict) -> str:
 
 def rows() -> list[str]:
     out = ["| result | figure | command | date |", "| --- | --- | --- | --- |"]
-    r = _load("step_cost")
+    r = load("step_cost")
     if r:
         out.append(f"| GRPO step of the demo config, roofline | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
-    r = _load("step_cost_unshared")
+    r = load("step_cost_unshared")
     if r:
         out.append(
             f"| the same before one prompt pass per group and the one-exp LM head (run just before the row above) | "
             f"{_step_cost(r)} | `{r['command']}` with src/ at commit {r.get('commit', '?')} | {r['date']} |"
         )
-    r = _load("step_cost_notrim")
+    r = load("step_cost_notrim")
     if r:
         out.append(
-            f"| the same without the heap trim between phases (its pair with the trim is quoted in Throughput) | "
+            f"| the same without the heap trim between phases (its pair with the trim: CHANGELOG.md, Throughput) | "
             f"{_step_cost(r)} | "
             f"`{r['command']}` with src/ at commit {r.get('commit', '?')} | {r['date']} |"
         )
-    r = _load("step_cost_before")
+    r = load("step_cost_before")
     if r:
         out.append(
             f"| the same before packed rollout weights and the unpadded update (run back to back with the "
-            f"intermediate cut 8f36d64, not with the rows above: see Throughput) | {_step_cost(r)} | "
+            f"intermediate cut 8f36d64, not with the rows above: CHANGELOG.md, Throughput) | {_step_cost(r)} | "
             f"`{r['command']}` at commit {r.get('commit', '?')} | {r['date']} |"
         )
-    d = _load("decode_step")
+    d = load("decode_step")
     if d:
         out.append(f"| one decode step of the demo's rollout | {_decode_step(d)} | `{d['command']}` | {d['date']} |")
-    d = _load("update_padding")
+    d = load("update_padding")
     if d:
         out.append(
             f"| the update on the same episodes: each group padded to its longest, length-sorted calls, one prompt "
             f"pass per group | "
             f"{_update_padding(d)} | `{d['command']}` | {d['date']} |"
         )
-    r = _load("step_cost_int8")
+    r = load("step_cost_int8")
     if r:
         out.append(f"| the same, int8 rollouts | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
-    v = _load("vs_trl")
+    v = load("vs_trl")
     if v:
         model = v["setting"]["model"]
         out.append(f"| GRPO step, native vs TRL ({model}, fp32) | {_vs_trl(v)} | `{v['command']}` | {v['date']} |")
-    m = _load("int8_mismatch")
+    m = load("int8_mismatch")
     if m:
         fig = "; ".join(
-            f"{name}: k3 {max(c['k3_per_token'], 0):.4f} per token, {_pct(c['ratio_out'])} of ratios outside [0.9, 1.1]"
+            f"{name}: k3 {max(c['k3_per_token'], 0):.4f} per token, {pct(c['ratio_out'])} of ratios outside [0.9, 1.1]"
             for name, c in m["copies"].items()
         )
         fig += f" ({m['cpu_capability']}, W8A8 activations {'8' if m['w8a8_full_activation_range'] else '7'}-bit)"
         what = f"int8 rollout copies against the fp32 policy ({m['episodes_per_copy']} sampled episodes each)"
         out.append(f"| {what} | {fig} | `{m['command']}` | {m['date']} |")
-    v = _load("vs_trl_demo")
+    v = load("vs_trl_demo")
     if v:
         fig = (
             f"TRL {v['trl']['s_per_step']:.1f} s/step, native {v['native']['s_per_step']:.1f} s/step "
@@ -326,44 +313,107 @@ def rows() -> list[str]:
             )
         shape = f"the demo's shape ({v['setting']['config']})"
         out.append(f"| GRPO step at {shape}, native vs TRL | {fig} | `{v['command']}` | {v['date']} |")
-    sd = _load("seeding")
+    sd = load("seeding")
     if sd:
         out.append(_seeding(sd))
     for name, what in LEARNING.items():
-        lr = _load(name)
+        lr = load(name)
         if lr and "arms" in lr:
             out += _learning(lr, what)
     for name, what in TRANSFER.items():
-        t = _load(name)
+        t = load(name)
         if t:
             out += _transfer(t, what)
     out.append(_bfcl_parity_row())
-    h = _load("hack_detection")
+    h = load("hack_detection")
     if h:
         out.append(
             f"| hack detection: recall / false alarms / median lead (steps) per detector | {_hack_detection(h)} | "
             f"`{h['command']}` | {h['date']} |"
         )
-    r = _load("sim_speed")
+    r = load("sim_speed")
     if r:
         fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date")})
         out.append(f"| simulator speed | `{fig}` | `{r.get('command', '')}` | {r.get('date', '')} |")
-    out.append(
-        f"\nMachine: {platform.machine()}, 2 CPU cores, fp32 (figures above come from the JSON files in "
-        "benchmarks/results/, written by the commands shown)."
-    )
+    out.append(f"\n{_machines()}")
     return out
 
 
+def _machine(result: dict) -> str | None:
+    """How a result describes the machine it ran on: the results writer's block, or an older script's fields."""
+    m = result.get("machine")
+    if isinstance(m, dict):
+        return f"{m.get('cpu_count', '?')} CPU cores ({m.get('cpu_model', 'unknown CPU')})"
+    if isinstance(m, str):
+        threads = result.get("threads")
+        return m if threads is None or "cpu" in m else f"{m}, {threads} threads"
+    return None
+
+
+def _machines() -> str:
+    """The machines the results record, with how many results each (a result before the record says none)."""
+    seen: dict[str, int] = {}
+    unrecorded = 0
+    for path in sorted(RESULTS.glob("*.json")):
+        described = _machine(json.loads(path.read_text()))
+        if described is None:
+            unrecorded += 1
+        else:
+            seen[described] = seen.get(described, 0) + 1
+    parts = [f"{name} ({n} result{'s' if n > 1 else ''})" for name, n in seen.items()]
+    if unrecorded:
+        parts.append(f"not recorded ({unrecorded} results written before the machine was)")
+    return "Machines: " + "; ".join(parts) + "."
+
+
+HEADER = """# Results
+
+Written whole by `.venv/bin/python benchmarks/readme_table.py` from the JSON files the benchmarks leave in
+`benchmarks/results/`; do not edit it by hand (`make test` fails while it is stale). Each row names the command
+that wrote its JSON: run it alone, one at a time (on 2 cores a number measured beside another job is not a number).
+Earlier readings, and the before/after history of each change, are in CHANGELOG.md.
+"""
+
+
+def results_md() -> str:
+    return (
+        "\n".join([HEADER, "## Every result", "", *rows(), "", "## Readings", "", *readings.sections()]).rstrip() + "\n"
+    )
+
+
+BLOCKS = {"demo": readings.demo_block, "byo": readings.byo_block}
+"""README.md's generated blocks, by marker name."""
+
+
+def readme(text: str) -> str:
+    """README.md with every generated block rewritten; a missing marker is an error naming it."""
+    for name, block in BLOCKS.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start not in text or end not in text:
+            raise SystemExit(f"README.md needs the markers {start} and {end}")
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        text = head + start + "\n" + "\n".join(block()) + "\n" + end + tail
+    return text
+
+
 def main() -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"README.md needs the markers {START} and {END}")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(head + START + "\n" + "\n".join(rows()) + "\n" + END + tail)
-    print("\n".join(rows()))
+    ap = argparse.ArgumentParser(description="Write docs/results.md and README.md's measured tables.")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a written file differs from what it would be")
+    args = ap.parse_args()
+    wanted = {RESULTS_MD: results_md(), README: readme(README.read_text())}
+    if args.check:
+        stale = [
+            path.relative_to(ROOT) for path, text in wanted.items() if not path.is_file() or path.read_text() != text
+        ]
+        if stale:
+            names = ", ".join(map(str, stale))
+            sys.exit(f"stale: {names} (run .venv/bin/python benchmarks/readme_table.py and commit what it writes)")
+        print("docs/results.md and README.md's tables match benchmarks/results/")
+        return
+    for path, text in wanted.items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

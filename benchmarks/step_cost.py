@@ -11,7 +11,7 @@ read bandwidth), (2) the demo's
 SFT warm start (so episodes look like the demo's: tool calls, ~130 policy tokens), (3) `--steps` GRPO steps of the
 demo config (G=8 x 2 prompts, 160 new tokens), (4) one held-out evaluation. For every phase: seconds per step, its
 work, the achieved GFLOP/s or GB/s, and the fraction of the measured peak. The first GRPO step is warm-up and is
-not counted. Results: benchmarks/results/step_cost.json (README table via readme_table.py).
+not counted. Results: benchmarks/results/step_cost.json (docs/results.md via readme_table.py).
 
 FLOPs: 2 x (non-embedding parameters) per token through the body, plus 2 x hidden x vocab per token that reaches
 the LM head (the engine skips it for tool output and padding), plus attention (4 x layers x hidden x context per

@@ -1,0 +1,269 @@
+"""What each benchmark's figures say, written from its results JSON (never typed by hand).
+
+`readme_table.py` puts these sections under the table in docs/results.md, and the demo's and the scaffold's tables
+into README.md. Every figure here is read from benchmarks/results/NAME.json; the words around them say what the
+figures mean and were written when the result was read. A result that is missing leaves its section out.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WIDTH = 118
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def ci(point: list[float]) -> str:
+    """A (mean, low, high) fraction as `54% [44-63%]`."""
+    return f"{pct(point[0])} [{100 * point[1]:.0f}-{pct(point[2])}]"
+
+
+def points(margin: list[float]) -> str:
+    """A (mean, low, high) difference of fractions as `+12 points [-3, +27]`."""
+    m, lo, hi = (100 * x for x in margin)
+    return f"{m:+.0f} points [{lo:+.0f}, {hi:+.0f}]"
+
+
+def para(text: str) -> str:
+    return textwrap.fill(" ".join(text.split()), WIDTH, break_on_hyphens=False, break_long_words=False)
+
+
+def _seed_list(values: list[float]) -> str:
+    return ", ".join(pct(v) for v in values)
+
+
+def learning_table(result: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    """The one table of a learning result: base model, after SFT seeding, after GRPO (mean [95% CI], per seed)."""
+    arm = result["arms"]["seeded+grpo"]
+    steps = len(next(iter(result["curves"]["seeded+grpo"].values()))["reward/mean"])
+    n, tasks = len(result["seeds"]), result["heldout_tasks"]
+    base_success = pct(base["success"]) if base else "not measured"
+    base_calls = pct(base["tool_call_prob"]) if base else "not measured"
+    return [
+        f"| held-out, {tasks} tasks, greedy, strict verifier | base model | after SFT seeding | "
+        f"after GRPO ({steps} steps) |",
+        "| --- | --- | --- | --- |",
+        f"| success | {base_success} | {pct(arm['seeded_success'])} (mean of {n} seeds) | {ci(arm['success'])} "
+        f"(mean [95% CI]; seeds {_seed_list(arm['per_seed_success'])}) |",
+        f"| episodes that call a tool | {base_calls} | {pct(arm['seeded_tool_call_prob'])} | "
+        f"{pct(arm['tool_call_prob'][0])} |",
+    ]
+
+
+def learning_source(result: dict[str, Any], base: dict[str, Any] | None) -> str:
+    minutes = result["arms"]["seeded+grpo"]["minutes"]
+    text = f"Measured {result['date']} ({minutes:.1f} min a seed): `{result['command']}`"
+    if base:
+        text += f"; the base model: `{base['command']}` ({base['date']})"
+    return para(text + ".")
+
+
+def demo_block() -> list[str]:
+    """README: what the demo shows, from the demo's two-seed learning result."""
+    result, base = load("learning_demo_answer_stop"), load("base_demo")
+    if not result:
+        return ["The demo's learning result is not measured yet (`python benchmarks/learning.py`)."]
+    return [*learning_table(result, base), "", learning_source(result, base)]
+
+
+def byo_block() -> list[str]:
+    """README: the scaffold's unit converter trained on the embedded model."""
+    result, base = load("byo_unitconv"), load("base_unitconv")
+    if not result:
+        return ["Not measured yet: `python benchmarks/learning.py --config runs/unitconv/config.toml`."]
+    return [
+        *learning_table(result, base),
+        "",
+        para(
+            f"Measured {result['date']}: `grpolab new-env unitconv --into runs && {result['command']}`"
+            + (f"; the base model: `{base['command']}`." if base else ".")
+        ),
+    ]
+
+
+def _learning_finance(lr: dict[str, Any]) -> list[str]:
+    g, s = lr["arms"]["seeded+grpo"], lr["arms"]["sft-matched"]
+    return [
+        "### GRPO against more SFT at matched CPU time (finance)",
+        "",
+        "![held-out success per arm with 95% intervals, and the training reward per GRPO step]"
+        "(../benchmarks/results/learning.png)",
+        "",
+        para(
+            f"From the same SFT seeding (held-out success {pct(g['seeded_success'])} on average), GRPO reaches "
+            f"{ci(g['success'])} over {len(lr['seeds'])} seeds (per seed {_seed_list(g['per_seed_success'])}); "
+            f"spending the same CPU time on more SFT ({', '.join(map(str, lr['matched_sft_steps']))} steps) reaches "
+            f"{ci(s['success'])}. GRPO's margin over matched SFT is {points(lr['grpo_margin_over_matched_sft'])}: on "
+            "this task, with verified reference transcripts to imitate, SFT learns faster per CPU-second. GRPO's "
+            "place is where no reference exists (the verifier only), which the transfer settings below measure."
+        ),
+    ]
+
+
+def _seeding(sd: dict[str, Any]) -> list[str]:
+    first = next((r for r in sd["rows"] if r["tool_call_prob"] >= 0.5), None)
+    cells = ", ".join(f"{r['sft_steps']}: {pct(r['tool_call_prob'])} / {pct(r['success'])}" for r in sd["rows"])
+    text = (
+        f"How many SFT steps put the protocol within reach of GRPO ({sd['heldout_tasks']} held-out tasks, greedy; "
+        f"SFT steps: held-out episodes that call a tool / success): {cells}."
+    )
+    if first:
+        text += (
+            f" Greedy tool use is all-or-nothing: {first['sft_steps']} steps is the first count with calls on most "
+            "tasks, which is why the demo seeds with that many."
+        )
+    return ["### SFT seeding", "", para(text)]
+
+
+def _vs_trl(v: dict[str, Any]) -> list[str]:
+    n, t = v["native"], v["trl"]
+    text = (
+        f"At the demo's shape ({v['setting']['config']}, through the same run loop; TRL {v['setting']['trl_version']} "
+        f"through `rollout_func`, the lab's rollout), a native GRPO step took {n['s_per_step']:.1f} s and TRL's "
+        f"{t['s_per_step']:.1f} s: {v['ratio_trl_over_native_per_step']:.2f}x per step, "
+        f"{v['ratio_trl_over_native_per_token']:.2f}x per 1k policy tokens ({v['setting']['rounds'] - 1} steps "
+        "timed, the first not counted)."
+    )
+    if "peak_rss_mb" in n:
+        text += (
+            f" Each ran in a process of its own: peak RSS native {n['peak_rss_mb'] / 1024:.1f} GB, TRL "
+            f"{t['peak_rss_mb'] / 1024:.1f} GB."
+        )
+    return ["### The native engine against TRL", "", para(text)]
+
+
+def _step_cost(r: dict[str, Any]) -> list[str]:
+    phases = sorted((p for p in r["phases"] if "held-out" not in p["phase"]), key=lambda p: -p["seconds"])
+    top = ", ".join(f"{p['phase']} {p['seconds']:.1f} s" for p in phases[:3])
+    decode = next((p for p in r["phases"] if p["phase"] == "decode"), None)
+    update = next((p for p in r["phases"] if p["phase"] == "forward + backward"), None)
+    text = (
+        f"One GRPO step of the demo config took {r['s_per_step']:.1f} s ({r['engine']} rollouts, "
+        f"{r['precision']['chosen']}; why {r['precision']['chosen']}: {r['precision']['why']}). "
+        f"The largest phases: {top}."
+    )
+    if decode and "fraction_of_bound" in decode:
+        text += (
+            f" Decode is bandwidth-bound (every weight read once per token row): {pct(decode['fraction_of_bound'])} "
+            f"of the {r['bandwidth_gbs']:.1f} GB/s read bound."
+        )
+    if update and "fraction_of_peak" in update:
+        text += (
+            f" The update is FLOP-bound: {pct(update['fraction_of_peak'])} of the "
+            f"{r['matmul_gflops_fp32']:.0f} GFLOP/s matmul roof ({r.get('matmul_peak_kernel_fp32', 'mm 2048')})."
+        )
+    return ["### Where a step's time goes", "", para(text)]
+
+
+def _transfer(t: dict[str, Any], title: str) -> list[str]:
+    arms = list(t["success"])
+    lines = [f"### Where GRPO earns its keep: {title}", ""]
+    seeds = f"{len(t['seeds'])} seed{'s' if len(t['seeds']) > 1 else ''}"
+    if t["grpo_margin_over_matched_sft"]:
+        margins = "; ".join(
+            f"{env} {kind} {points(v)}"
+            for env, kinds in t["grpo_margin_over_matched_sft"].items()
+            for kind, v in kinds.items()
+            if kind == "all" or len(kinds) == 1
+        )
+        lines.append(
+            para(
+                f"{seeds}, {t['grpo_steps']} GRPO steps against SFT for the same CPU time "
+                f"({' and '.join(arms)}), paired by seed and task. GRPO's margin over matched SFT, all kinds: "
+                f"{margins}. Retention of a skill the base model had (capitals, base {pct(t['base_retention'])}): "
+                + ", ".join(f"{arm} {ci(t['retention'][arm])}" for arm in arms)
+                + ". Per kind: the table above."
+            )
+        )
+    return lines
+
+
+def _bfcl_parity(p: dict[str, Any]) -> list[str]:
+    o = p["overall"]
+    return [
+        "### BFCL checker parity",
+        "",
+        para(
+            f"grpolab's own BFCL checker (no bfcl_eval import at run time) and the official `ast_checker` "
+            f"(bfcl-eval {p['bfcl_eval_version']}, in a virtual environment of its own) agree on {o['agree']:,} of "
+            f"{o['cases']:,} cases ({100 * o['agreement']:.2f}%): gold answers, systematic perturbations of them and "
+            f"real model outputs, {len(p['disagreements'])} disagreements."
+        ),
+    ]
+
+
+def _hack_detection(h: dict[str, Any]) -> list[str]:
+    runs = h["runs"]
+    hacked = [name for name, r in runs.items() if r["hacked"]]
+    shipped = h["detectors"].get("grpolab:any (shipped thresholds)", {}).get("test")
+    text = (
+        f"{len(runs)} short real GRPO runs ({len(h['families'])} families x {len(h['seeds'])} seeds, "
+        f"{h['steps']} steps each); {len(hacked)} labelled hacked by the ground truth ({', '.join(hacked)})."
+    )
+    if shipped:
+        text += (
+            f" grpolab's alarms at their shipped thresholds, on the held-out seed: recall {pct(shipped['recall'])}, "
+            f"false alarms on {pct(shipped['false_alarms'])} of honest runs."
+        )
+    sim = h.get("simulator", {})
+    if "winner_agreement" in sim:
+        text += (
+            f" The simulator named the class that won in {pct(sim['winner_agreement'])} of runs. With this few runs "
+            "every rate is an anecdote, not a calibrated false-alarm rate."
+        )
+    return [
+        "### Hack detection",
+        "",
+        "![recall, false alarms and lead time per detector](../benchmarks/results/hack_detection.png)",
+        "",
+        para(text),
+    ]
+
+
+TRANSFER = {
+    "learning_transfer": "finance (kinds with a verifier only, shifted tools)",
+    "learning_transfer_bfcl_lr": "BFCL, from the warm start at SFT lr 2.5e-4",
+}
+"""The transfer settings given a reading (the table has them all)."""
+
+
+def sections() -> list[str]:
+    """docs/results.md's readings, one section per benchmark that has a result."""
+    out: list[str] = []
+
+    def add(lines: list[str]) -> None:
+        out.extend([*lines, ""])
+
+    learning_demo, base = load("learning_demo_answer_stop"), load("base_demo")
+    if learning_demo:
+        add(["### The demo", "", *learning_table(learning_demo, base), "", learning_source(learning_demo, base)])
+    if load("byo_unitconv"):
+        add(["### Bring your own task: the scaffold's unit converter", "", *byo_block()])
+    for name, reading in (
+        ("learning", _learning_finance),
+        ("seeding", _seeding),
+        ("step_cost", _step_cost),
+        ("vs_trl_demo", _vs_trl),
+        ("bfcl_parity", _bfcl_parity),
+        ("hack_detection", _hack_detection),
+    ):
+        result = load(name)
+        if result:
+            add(reading(result))
+    for name, title in TRANSFER.items():
+        t = load(name)
+        if t:
+            add(_transfer(t, title))
+    return out
