@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
-DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "src" / "grpolab" / "configs" / "demo.toml"
 
 
 def base_score(config: Path, eval_limit: int) -> dict:
@@ -47,7 +48,7 @@ def base_score(config: Path, eval_limit: int) -> dict:
         "called": called,
         "minutes": (time.perf_counter() - start) / 60,
         "model": cfg.model,
-        "config": str(config),
+        "config": str(config.resolve().relative_to(ROOT) if config.resolve().is_relative_to(ROOT) else config),
     }
 
 

@@ -313,6 +313,12 @@ def rows() -> list[str]:
             )
         shape = f"the demo's shape ({v['setting']['config']})"
         out.append(f"| GRPO step at {shape}, native vs TRL | {fig} | `{v['command']}` | {v['date']} |")
+    for name in ("base_demo", "base_unitconv"):
+        b = load(name)
+        if b:
+            fig = f"success {pct(b['success'])}, episodes that call a tool {pct(b['tool_call_prob'])}"
+            what = f"the base model ({b['model']}), {b['heldout_tasks']} held-out tasks of {b['config']}, greedy"
+            out.append(f"| {what} | {fig} | `{b['command']}` | {b['date']} |")
     sd = load("seeding")
     if sd:
         out.append(_seeding(sd))
