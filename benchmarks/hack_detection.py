@@ -340,10 +340,9 @@ def simulator_predictions(runs: dict[str, Recorded], truth: dict[str, dict[str, 
     """Per run: the simulator, started from the run's first-step class mix under the run's reward, against the run.
 
     Compared: the class with the largest share at the end (the winner) and the class that grew most."""
-    from grpolab.models import default_token_counter
+    from grpolab.models import model_token_counter
     from grpolab.trust.simulate import SimSettings, measure_profiles, prior_from_rows, simulate
 
-    count = default_token_counter()
     out = {}
     for name, run in runs.items():
         steps = sorted(run.episodes)
@@ -353,6 +352,7 @@ def simulator_predictions(runs: dict[str, Recorded], truth: dict[str, dict[str, 
         thought = env.thought_required
         prior = prior_from_rows(run.episodes[steps[0]], thought_required=thought)
         r = cfg.reward
+        count = model_token_counter(cfg.model)
         profiles = measure_profiles(env, count, r.length_unit, weights=r.weights, thought_min_words=r.thought_min_words)
         sim = simulate(profiles, prior, SimSettings(cfg, steps=len(steps)))["classes"]
         sim_start = {c: v["initial"] for c, v in sim.items()}

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from grpolab.config import LabConfig
 from grpolab.envs import get_env
-from grpolab.models import default_token_counter
+from grpolab.models import model_token_counter
 from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def main() -> None:
-    profiles = measure_profiles(get_env("finance"), default_token_counter())
+    profiles = measure_profiles(get_env("finance"), model_token_counter(LabConfig().model))
     result = {}
     for runs in (1, 16):
         best = min(_time(profiles, SimSettings(LabConfig(), steps=1000, runs=runs)) for _ in range(5))
