@@ -38,7 +38,7 @@ from grpolab.engine.grpo import sampler_mismatch
 from grpolab.engine.logprobs import group_token_stats
 from grpolab.engine.policy import build_policy
 from grpolab.engine.rollout import run_episodes, sampling_settings
-from grpolab.engine.sampler import Int8Sampler, _is_adapter, full_range_is_exact
+from grpolab.engine.sampler import Int8Sampler, full_range_is_exact, is_adapter
 from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import sampler_logp, step_generator, step_prompts
 from grpolab.envs import env_for
@@ -54,7 +54,7 @@ def weight_only_int8(policy: Any) -> Any:
     model = copy.deepcopy(policy).eval()
     with torch.no_grad():
         for name, module in model.named_modules():
-            if type(module) is nn.Linear and not _is_adapter(name):
+            if type(module) is nn.Linear and not is_adapter(name):
                 w = module.weight.detach().float()
                 scale = (w.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)
                 # a new parameter: the head is tied to the embedding, which stays fp32
