@@ -25,12 +25,11 @@ import argparse
 import contextlib
 import copy
 import json
-import platform
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
+from common import DEMO, command_line, write_results
 from torch import nn
 
 from grpolab.config import load_config
@@ -42,9 +41,6 @@ from grpolab.engine.sampler import Int8Sampler, full_range_is_exact, is_adapter
 from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import sampler_logp, step_generator, step_prompts
 from grpolab.envs import env_for
-
-RESULTS = Path(__file__).parent / "results"
-DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
 
 
 def weight_only_int8(policy: Any) -> Any:
@@ -151,15 +147,12 @@ def main() -> None:
         "copies": rows,
         "activation_outliers": outliers,
         "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "w8a8_full_activation_range": full_range_is_exact(),  # False: 7-bit activations (a CPU without VNNI)
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python benchmarks/int8_mismatch.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "command": command_line("int8_mismatch.py", args),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "int8_mismatch.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("int8_mismatch", result)
     print(json.dumps(result, indent=2))
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
+
+from common import write_results
 
 from grpolab.config import LabConfig
 from grpolab.envs import get_env
 from grpolab.models import model_token_counter
 from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def main() -> None:
@@ -26,12 +25,12 @@ def main() -> None:
         best = min(_time(profiles, SimSettings(LabConfig(), steps=1000, runs=runs)) for _ in range(5))
         result[f"ms_per_1000_iterations_runs={runs}"] = round(best * 1000, 1)
     result = {**result, "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/sim_speed.py"}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sim_speed.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("sim_speed", result)
     print(json.dumps(result, indent=2))
 
 
 def _time(profiles, settings) -> float:
+    """Seconds one simulation of `settings` takes."""
     t = time.perf_counter()
     simulate(profiles, DEFAULT_PRIOR, settings)
     return time.perf_counter() - t
