@@ -91,7 +91,7 @@ def replay(rows: list[dict[str, Any]], env: Any, cfg: Any, tok: Any) -> dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--results", default="answer_stop_replay")
     args = parser.parse_args()

@@ -413,7 +413,7 @@ def _by(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", nargs=2, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model-tasks", type=int, default=6, help="held-out model outputs per category (0: none)")
     parser.add_argument("--sft-steps", type=int, default=12, help="SFT warm start before generating")

@@ -268,3 +268,13 @@ def matmul_peaks() -> dict[str, Any]:
         out[name], out[f"{name}_best"], out["kernels"][name] = rates[best], best, rates
     out.setdefault("bf16", None)
     return out
+
+
+def main() -> None:
+    """Prints the machine block a results file written here would record."""
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    print(json.dumps(machine(), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -43,7 +43,7 @@ def step_bytes(model: Any, rows: int, context: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--context", type=int, default=400)
     ap.add_argument("--steps", type=int, default=30)

@@ -107,7 +107,7 @@ def mismatch(policy: Any, episodes: list[Any], group_size: int, pad: int, temper
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sft-steps", type=int, default=10)
     ap.add_argument("--steps", type=int, default=2, help="GRPO steps' worth of groups sampled from each copy")
     ap.add_argument("--model", default="smollm2")

@@ -42,7 +42,7 @@ def called(row: dict[str, Any]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--config", type=Path, default=DEMO)
     ap.add_argument("--eval-limit", type=int, default=40)

@@ -173,7 +173,7 @@ def transfer_eval(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", choices=sorted(SETTINGS), default="finance")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--config", type=Path, help="default: the setting's (the demo's; the BFCL recipe)")

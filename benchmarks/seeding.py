@@ -24,7 +24,7 @@ from grpolab.envs import env_for
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     ap.add_argument("--eval-limit", type=int, default=40)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])

@@ -7,6 +7,7 @@ Class profiles are measured once (real reward on real transcripts), then the sim
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 
@@ -19,6 +20,7 @@ from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles,
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     profiles = measure_profiles(get_env("finance"), model_token_counter(LabConfig().model))
     result = {}
     for runs in (1, 16):

@@ -149,7 +149,7 @@ def phase_rows(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--sft-steps", type=int, default=20)
     ap.add_argument("--engine", default="exact", choices=["exact", "int8"])

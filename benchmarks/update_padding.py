@@ -63,7 +63,7 @@ def positions(chunks: list[list[Any]], padded: bool, shared: bool = False) -> in
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sft-steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", default="smollm2")
