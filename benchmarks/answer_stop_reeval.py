@@ -13,10 +13,11 @@ answer_stop_reeval).
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from common import solved, write_results
 
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import load_run_policy
@@ -25,14 +26,9 @@ from grpolab.metrics import episode_row
 from grpolab.protocol import parse_transcript
 from grpolab.rundir import RunDir
 
-RESULTS = Path(__file__).parent / "results"
-
-
-def solved(row: dict[str, Any]) -> bool:
-    return (row.get("components") or {}).get("completion") == 1.0
-
 
 def answer(row: dict[str, Any]) -> str:
+    """The final answer of an episode row's transcript ("" where it has none)."""
     return parse_transcript(row["text"]).final_answer or ""
 
 
@@ -56,8 +52,8 @@ def reeval(path: Path) -> dict[str, Any]:
     return {
         "eval": label,
         "tasks": len(common),
-        "solved_recorded": sum(solved(recorded[t]) for t in common),
-        "solved_now": sum(solved(now[t]) for t in common),
+        "solved_recorded": int(sum(solved(recorded[t]) for t in common)),
+        "solved_now": int(sum(solved(now[t]) for t in common)),
         **changed,
         "stops_now": dict(Counter(now[t].get("stop") for t in common)),
         "failed_now": [
@@ -74,7 +70,7 @@ def reeval(path: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--results", default="answer_stop_reeval")
     args = parser.parse_args()
@@ -86,8 +82,7 @@ def main() -> None:
             f"(+{len(r['gained'])} -{len(r['lost'])}), stops now {r['stops_now']}",
             flush=True,
         )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.results}.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_results(args.results, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ it no longer pays for). No model runs; seconds.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
+
+from common import solved, write_results
 
 from grpolab.engine.rollout import answer_end_in_turn, answer_start
 from grpolab.envs import env_for
@@ -26,8 +27,6 @@ from grpolab.protocol import TOOL_RESPONSE_CLOSE
 from grpolab.rewards.replay import replay as replay_transcript
 from grpolab.rewards.score import score_transcript
 from grpolab.rundir import RunDir
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def cut(env: Any, task: Any, text: str) -> str | None:
@@ -52,15 +51,17 @@ def cut(env: Any, task: Any, text: str) -> str | None:
 
 
 def replay(rows: list[dict[str, Any]], env: Any, cfg: Any, tok: Any) -> dict[str, Any]:
+    """Over episode rows of one source: how many the rule ends early, the policy tokens it saves, and how many are
+    solved before and after the cut (with those it turns to solved and to failed)."""
     n = fired = saved = before = after = gained = lost = 0
     for row in rows:
         task = env.task(row["task_id"])
-        solved = (row.get("components") or {}).get("completion") == 1.0
+        was = solved(row) == 1.0
         n += 1
-        before += solved
+        before += was
         short = cut(env, task, row["text"])
         if short is None:
-            after += solved
+            after += was
             continue
         fired += 1
         rest = row["text"][len(short) :]
@@ -76,8 +77,8 @@ def replay(rows: list[dict[str, Any]], env: Any, cfg: Any, tok: Any) -> dict[str
         )
         now = score.components.get("completion") == 1.0
         after += now
-        gained += now and not solved
-        lost += solved and not now
+        gained += now and not was
+        lost += was and not now
     return {
         "episodes": n,
         "ended_early": fired,
@@ -90,7 +91,7 @@ def replay(rows: list[dict[str, Any]], env: Any, cfg: Any, tok: Any) -> dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--results", default="answer_stop_replay")
     args = parser.parse_args()
@@ -112,8 +113,7 @@ def main() -> None:
                 f"{r['tokens_saved']} tokens saved, solved {r['solved_before']} -> {r['solved_after']} "
                 f"(+{r['gained']} -{r['lost']})"
             )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.results}.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_results(args.results, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+from common import CONFIGS, write_results  # standard library only at import: the worker imports this file too
+
 BFCL_MODEL = "Qwen_Qwen3-0.6B"
 """BFCL registry entry passed to its checker (prompt mode: no "." -> "_" renaming of function names)."""
 TORCH_PIN = "torch==2.13.0"
@@ -323,7 +323,7 @@ def model_cases(
     from grpolab.envs.bfcl.data import CATEGORIES, is_live
     from grpolab.rewards.replay import replay
 
-    cfg = load_config(ROOT / "src" / "grpolab" / "configs" / "bfcl.toml")
+    cfg = load_config(CONFIGS / "bfcl.toml")
     cfg.rollout.max_new_tokens = max_new_tokens  # parity needs the calls, not long rambles after them
     t0 = time.perf_counter()
     model, tokenizer, _ = build_policy(cfg)  # load_model("smollm2") with LoRA adapters, as training does
@@ -413,7 +413,7 @@ def _by(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", nargs=2, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model-tasks", type=int, default=6, help="held-out model outputs per category (0: none)")
     parser.add_argument("--sft-steps", type=int, default=12, help="SFT warm start before generating")
@@ -512,8 +512,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "command": command,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bfcl_parity.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("bfcl_parity", result)
     o, g = result["overall"], result["gold"]
     print(
         f"agreement {o['agree']}/{o['cases']} ({100 * o['agreement']:.2f}%), gold {g['agree']}/{g['cases']}; "

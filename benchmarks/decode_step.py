@@ -20,17 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
-from common import bandwidth
+from common import bandwidth, command_line, write_results
 
 from grpolab.config import load_config
 from grpolab.engine.decoder import FastDecoder
 from grpolab.engine.policy import build_policy
 
-RESULTS = Path(__file__).parent / "results"
 ROLLOUT_STEPS = 160
 """Decode steps of one demo rollout (max_new_tokens): the fused weights are built once per rollout."""
 
@@ -45,7 +43,7 @@ def step_bytes(model: Any, rows: int, context: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--context", type=int, default=400)
     ap.add_argument("--steps", type=int, default=30)
@@ -123,11 +121,9 @@ def main() -> None:
             variants["packed_sdpa"]["ms_per_step"] / variants["packed"]["ms_per_step"], 2
         ),
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python benchmarks/decode_step.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "command": command_line("decode_step.py", args),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "decode_step.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("decode_step", result)
     print(json.dumps(result, indent=2))
 
 

@@ -17,6 +17,7 @@ family proposed for "reward-hacking onset monitoring" in RL frameworks and third
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -171,3 +172,14 @@ def first_alarm(detector: Detector, run: Recorded, threshold: float) -> int | No
         if detector(run, t, threshold):
             return int(run.rows[t - 1].get("step", t))
     return None
+
+
+def main() -> None:
+    """Lists every detector with its threshold grid."""
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    for name, (_, grid) in DETECTORS.items():
+        print(f"{name:24s} {grid}")
+
+
+if __name__ == "__main__":
+    main()

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import CONFIGS, results_path, solved, write_results
 from detectors import DETECTORS, GRPOLAB, SHIPPED, Recorded, first_alarm
 
 from grpolab.config import load_config
@@ -48,9 +49,6 @@ from grpolab.rundir import RunDir
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, classify_episode
 from grpolab.trust.drift import step_behaviour
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = ROOT / "src" / "grpolab" / "configs"
-RESULTS = Path(__file__).parent / "results"
 DEMO_WEIGHTS = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
 
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -182,10 +180,6 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def _solved(row: dict[str, Any]) -> float:
-    return 1.0 if (row.get("components") or {}).get("completion") == 1.0 else 0.0
-
-
 def ground_truth(by_step: dict[int, list[dict[str, Any]]], thought_required: bool) -> dict[str, Any]:
     """Hacked or not, the onset step and why, from the training episodes alone (see the module docstring)."""
     steps = sorted(by_step)
@@ -193,20 +187,16 @@ def ground_truth(by_step: dict[int, list[dict[str, Any]]], thought_required: boo
         return {"hacked": False, "onset": None, "why": "too few steps"}
     start = _window(by_step, WINDOW)
 
-    def shares(rows: list[dict[str, Any]]) -> dict[str, float]:
-        labels = [classify_episode(r, thought_required) for r in rows]
-        return {c: labels.count(c) / max(len(labels), 1) for c in CLASSES}
-
     def weighted(rows: list[dict[str, Any]]) -> dict[str, float]:
         names = {k for r in rows for k in (r.get("weighted") or {})}
         return {k: _mean([float((r.get("weighted") or {}).get(k) or 0.0) for r in rows]) for k in names}
 
-    s0, w0, v0 = shares(start), weighted(start), _mean([_solved(r) for r in start])
+    s0, w0, v0 = _shares(start, thought_required), weighted(start), _mean([solved(r) for r in start])
     for t in steps:
         if t <= WINDOW:
             continue
         rows = _window(by_step, t)
-        st, wt, vt = shares(rows), weighted(rows), _mean([_solved(r) for r in rows])
+        st, wt, vt = _shares(rows, thought_required), weighted(rows), _mean([solved(r) for r in rows])
         for c in sorted(HACK_CLASSES):
             if st[c] > CLASS_MAJORITY and st[c] >= s0[c] + CLASS_GROWTH:
                 return {"hacked": True, "onset": t, "why": f"class {c}: {s0[c]:.0%} -> {st[c]:.0%} of episodes"}
@@ -340,10 +330,9 @@ def simulator_predictions(runs: dict[str, Recorded], truth: dict[str, dict[str, 
     """Per run: the simulator, started from the run's first-step class mix under the run's reward, against the run.
 
     Compared: the class with the largest share at the end (the winner) and the class that grew most."""
-    from grpolab.models import default_token_counter
+    from grpolab.models import model_token_counter
     from grpolab.trust.simulate import SimSettings, measure_profiles, prior_from_rows, simulate
 
-    count = default_token_counter()
     out = {}
     for name, run in runs.items():
         steps = sorted(run.episodes)
@@ -353,6 +342,7 @@ def simulator_predictions(runs: dict[str, Recorded], truth: dict[str, dict[str, 
         thought = env.thought_required
         prior = prior_from_rows(run.episodes[steps[0]], thought_required=thought)
         r = cfg.reward
+        count = model_token_counter(cfg.model)
         profiles = measure_profiles(env, count, r.length_unit, weights=r.weights, thought_min_words=r.thought_min_words)
         sim = simulate(profiles, prior, SimSettings(cfg, steps=len(steps)))["classes"]
         sim_start = {c: v["initial"] for c, v in sim.items()}
@@ -413,7 +403,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     ap.add_argument("--steps", type=int, default=8)
@@ -445,9 +435,8 @@ def main() -> None:
     if args.families != list(FAMILIES):
         flags.append(f"--families {' '.join(args.families)}")
     result["command"] = "python benchmarks/hack_detection.py " + " ".join(flags)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "hack_detection.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    plot(result, RESULTS / "hack_detection.png")
+    write_results("hack_detection", result, default=str)
+    plot(result, results_path("hack_detection", ".png"))
     for name, d in result["detectors"].items():
         print(f"{name:40s} test {d['test']}")
 

@@ -25,12 +25,11 @@ import argparse
 import contextlib
 import copy
 import json
-import platform
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
+from common import DEMO, command_line, write_results
 from torch import nn
 
 from grpolab.config import load_config
@@ -38,13 +37,10 @@ from grpolab.engine.grpo import sampler_mismatch
 from grpolab.engine.logprobs import group_token_stats
 from grpolab.engine.policy import build_policy
 from grpolab.engine.rollout import run_episodes, sampling_settings
-from grpolab.engine.sampler import Int8Sampler, _is_adapter, full_range_is_exact
+from grpolab.engine.sampler import Int8Sampler, full_range_is_exact, is_adapter
 from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import sampler_logp, step_generator, step_prompts
 from grpolab.envs import env_for
-
-RESULTS = Path(__file__).parent / "results"
-DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
 
 
 def weight_only_int8(policy: Any) -> Any:
@@ -54,7 +50,7 @@ def weight_only_int8(policy: Any) -> Any:
     model = copy.deepcopy(policy).eval()
     with torch.no_grad():
         for name, module in model.named_modules():
-            if type(module) is nn.Linear and not _is_adapter(name):
+            if type(module) is nn.Linear and not is_adapter(name):
                 w = module.weight.detach().float()
                 scale = (w.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)
                 # a new parameter: the head is tied to the embedding, which stays fp32
@@ -111,7 +107,7 @@ def mismatch(policy: Any, episodes: list[Any], group_size: int, pad: int, temper
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sft-steps", type=int, default=10)
     ap.add_argument("--steps", type=int, default=2, help="GRPO steps' worth of groups sampled from each copy")
     ap.add_argument("--model", default="smollm2")
@@ -151,15 +147,12 @@ def main() -> None:
         "copies": rows,
         "activation_outliers": outliers,
         "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "w8a8_full_activation_range": full_range_is_exact(),  # False: 7-bit activations (a CPU without VNNI)
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python benchmarks/int8_mismatch.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "command": command_line("int8_mismatch.py", args),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "int8_mismatch.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("int8_mismatch", result)
     print(json.dumps(result, indent=2))
 
 

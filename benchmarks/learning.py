@@ -24,81 +24,25 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from common import DEMO, bootstrap, results_path, run_arm, solved, write_results
+
 from grpolab.config import load_config
-from grpolab.rundir import RunDir
 
-RESULTS = Path(__file__).parent / "results"
-DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
 ARMS = ("seeded+grpo", "sft-matched", "full-sft+grpo", "seeded+grpo-int8")
-BOOTSTRAP = 2000
-
-
-def run_arm(config: Path, out: Path, overrides: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
-    from grpolab.run.loop import train
-
-    cfg = load_config(config, overrides)
-    done = out / "benchmark.json"
-    finished = json.loads(done.read_text()) if not fresh and done.is_file() else {}
-    # read back only a run made from this very config: the same overrides of another config file (or of this file
-    # since edited) record another config.json
-    same = {"train": {"precision"}}  # auto is recorded as what it chose
-    if finished.get("overrides") == overrides and RunDir(out).read_config().model_dump(exclude=same) == cfg.model_dump(
-        exclude=same
-    ):
-        minutes = finished["minutes"]
-    else:
-        if out.exists():
-            shutil.rmtree(out)
-        start = time.perf_counter()
-        train(cfg, out, quiet=True)
-        minutes = (time.perf_counter() - start) / 60
-        done.write_text(json.dumps({"overrides": overrides, "minutes": minutes}))
-    run = RunDir(out)
-    last = run.eval_labels()[-1]
-    metrics = run.metrics()
-    sft = run.sft() or {}
-    return {
-        "minutes": minutes,
-        "grpo_seconds": sum(m.get("perf/step_s", 0.0) for m in metrics),
-        "sft_seconds": sft.get("seconds", 0.0),
-        "sft_steps": len(sft.get("loss", [])),
-        "before": run.eval_summary().get("0", {}),
-        "after": run.eval_summary()[last],
-        "rows": {r["task_id"]: r for r in run.eval_rows(last)},
-        "curves": {
-            k: [m.get(k) for m in metrics] for k in ("reward/mean", "kl", "tool_token_mass", "success", "entropy")
-        },
-    }
-
-
-def solved(row: dict[str, Any]) -> float:
-    return 1.0 if (row.get("components") or {}).get("completion") == 1.0 else 0.0
 
 
 def called(row: dict[str, Any]) -> float:
+    """1.0 where an episode row made at least one valid tool call, else 0.0."""
     return 1.0 if row.get("valid_calls", 0) > 0 else 0.0
 
 
-def bootstrap(per_seed: list[dict[str, float]], rng: random.Random) -> tuple[float, float, float]:
-    """Mean over seeds of the mean over tasks, and a 95% interval: resample seeds, then tasks within each seed."""
-    point = statistics.mean(statistics.mean(s.values()) for s in per_seed)
-    means = []
-    for _ in range(BOOTSTRAP):
-        seeds = [rng.choice(per_seed) for _ in per_seed]
-        values = [statistics.mean(rng.choices(list(s.values()), k=len(s))) for s in seeds]
-        means.append(statistics.mean(values))
-    means.sort()
-    return point, means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--config", type=Path, default=DEMO)
     ap.add_argument("--eval-limit", type=int, default=40)
@@ -185,9 +129,8 @@ def main() -> None:
         elif value not in (None, False):
             flags.append(f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}")
     result["command"] = "python benchmarks/learning.py " + " ".join(flags)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    plot(result, RESULTS / f"{args.results}.png")
+    write_results(args.results, result, default=str)
+    plot(result, results_path(args.results, ".png"))
     print(json.dumps({k: v for k, v in result.items() if k != "curves"}, indent=2, default=str))
 
 

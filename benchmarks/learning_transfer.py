@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learning import DEMO, RESULTS, bootstrap, run_arm, solved
+from common import DEMO, bootstrap, results_path, run_arm, solved, write_results
 
 from grpolab.config import load_config
 from grpolab.models import load_model
@@ -173,7 +173,7 @@ def transfer_eval(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", choices=sorted(SETTINGS), default="finance")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--config", type=Path, help="default: the setting's (the demo's; the BFCL recipe)")
@@ -249,9 +249,8 @@ def main() -> None:
             arms[arm].setdefault(seed, evaluated)
     args.seeds = sorted({s for per_seed in arms.values() for s in per_seed})
     result = summarise(arms, base_retention, setting, args)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, RESULTS / f"{args.results}.png")
+    write_results(args.results, result)
+    plot(result, results_path(args.results, ".png"))
     print(json.dumps(result["success"], indent=1))
 
 
@@ -279,7 +278,7 @@ def rows_from_verdicts(saved: dict[str, dict[str, dict[str, int]]]) -> dict[str,
 def earlier_seeds(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, dict[int, dict[str, Any]]]:
     """{arm: {seed: evaluation}} of the seeds in benchmarks/results/NAME.json that --seeds does not name, read from
     its per-task verdicts; refused where that file was made with other settings, which would not pair."""
-    path = RESULTS / f"{args.results}.json"
+    path = results_path(args.results)
     if not path.is_file():
         ap.error(f"--add-seeds: {path} does not exist yet; run the first seeds without --add-seeds")
     saved = json.loads(path.read_text())

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
+
+from common import DEMO, write_results
 
 from grpolab.config import load_config
 from grpolab.engine.evaluate import evaluate
@@ -21,12 +22,9 @@ from grpolab.engine.policy import build_policy
 from grpolab.engine.sft import sft_warm_start
 from grpolab.envs import env_for
 
-RESULTS = Path(__file__).parent / "results"
-DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
-
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     ap.add_argument("--eval-limit", type=int, default=40)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -58,8 +56,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "command": f"python benchmarks/seeding.py --steps {steps} --eval-limit {args.eval_limit} --seeds {seeds}",
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "seeding.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("seeding", result)
 
 
 if __name__ == "__main__":

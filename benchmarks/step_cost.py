@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from common import bandwidth, matmul_peaks
+from common import DEMO, bandwidth, command_line, git_commit, matmul_peaks, write_results
 
 from grpolab.config import load_config
 from grpolab.engine.evaluate import evaluate
@@ -40,21 +39,21 @@ from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
 from grpolab.envs import env_for
 
-RESULTS = Path(__file__).parent / "results"
-DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
-
 
 def _commit() -> str:
     """The commit of the grpolab being measured (PYTHONPATH may point at another checkout, e.g. the code before a
-    change, measured right before it with this same script)."""
+    change, measured right before it with this same script), "+changes" where its source differs from it; "unknown"
+    outside a git checkout."""
     import grpolab
 
     where = Path(grpolab.__file__).resolve().parent
-    out = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    sha = git_commit(where)
+    if sha == "unknown":
+        return sha
     dirty = subprocess.run(
         ["git", "-C", str(where), "status", "--porcelain", "--", "."], capture_output=True, text=True
     )
-    return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
+    return sha + ("+changes" if dirty.stdout.strip() else "")
 
 
 class Shape:
@@ -150,7 +149,7 @@ def phase_rows(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--sft-steps", type=int, default=20)
     ap.add_argument("--engine", default="exact", choices=["exact", "int8"])
@@ -226,15 +225,11 @@ def main() -> None:
         "peak_rss_mb_by_phase": rss,
         "heldout_success_after": summary["heldout/success"],
         "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "date": time.strftime("%Y-%m-%d"),
         "commit": _commit(),
-        "command": "python benchmarks/step_cost.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
+        "command": command_line("step_cost.py", args),
     }
-    RESULTS.mkdir(exist_ok=True)
-    name = args.results or ("step_cost" if args.engine == "exact" else f"step_cost_{args.engine}")
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.results or ("step_cost" if args.engine == "exact" else f"step_cost_{args.engine}"), result)
     print(json.dumps(result, indent=2))
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
+from common import DEMO, command_line, write_results
 
 from grpolab.config import load_config
 from grpolab.engine.logprobs import SharedPrefix, group_token_stats
@@ -32,9 +32,6 @@ from grpolab.engine.policy import build_policy
 from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import MICRO_BATCH_TOKENS, GRPOTrainer
 from grpolab.envs import env_for
-
-RESULTS = Path(__file__).parent / "results"
-DEMO = Path(__file__).parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
 
 
 def padded_chunks(episodes: list[Any]) -> list[list[Any]]:
@@ -66,7 +63,7 @@ def positions(chunks: list[list[Any]], padded: bool, shared: bool = False) -> in
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sft-steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", default="smollm2")
@@ -132,11 +129,9 @@ def main() -> None:
         "sorted_over_shared_per_round": per_round("sorted", "shared"),
         "threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python benchmarks/update_padding.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "command": command_line("update_padding.py", args),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "update_padding.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("update_padding", result)
     print(json.dumps(result, indent=2))
 
 

@@ -33,13 +33,12 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import time
 import warnings
 from pathlib import Path
 
 import torch
-from common import matmul_peaks
+from common import DEMO, matmul_peaks, write_results
 
 from grpolab.config import load_config
 from grpolab.engine.policy import build_policy
@@ -47,11 +46,6 @@ from grpolab.engine.trainer import GRPOTrainer, peak_rss_mb
 from grpolab.envs import env_for
 from grpolab.models import load_model
 from grpolab.trl.backend import reward_functions
-
-RESULTS = Path(__file__).parent / "results"
-
-
-DEMO = Path(__file__).resolve().parent.parent / "src" / "grpolab" / "configs" / "demo.toml"
 
 
 def demo_shape(config: Path, rounds: int) -> dict:
@@ -110,7 +104,7 @@ def demo_backend(config: Path, rounds: int, backend: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
@@ -126,8 +120,7 @@ def main() -> None:
         return
     if args.shape == "demo":
         result = demo_shape(args.config, args.rounds)
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "vs_trl_demo.json").write_text(json.dumps(result, indent=2) + "\n")
+        write_results("vs_trl_demo", result)
         print(json.dumps(result, indent=2))
         return
     from datasets import Dataset
@@ -265,7 +258,6 @@ def main() -> None:
         "matmul_gflops_fp32": peak,
         "peak_rss_mb_all": peak_rss_mb(),
         "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/vs_trl.py "
         + " ".join(
@@ -279,8 +271,7 @@ def main() -> None:
         result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]
     )
     result["ratio_trl_over_native_int8_per_step"] = result["trl"]["s_per_step"] / result["native_int8"]["s_per_step"]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "vs_trl.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results("vs_trl", result)
     print(json.dumps(result, indent=2))
 
 

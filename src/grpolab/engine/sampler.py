@@ -90,13 +90,13 @@ class Int8Sampler:
         for name, module in list(self.model.named_modules()):
             for child_name, child in list(module.named_children()):
                 full = f"{name}.{child_name}" if name else child_name
-                if isinstance(child, nn.Linear) and not _is_adapter(full):
+                if isinstance(child, nn.Linear) and not is_adapter(full):
                     setattr(module, child_name, Int8Linear(child))
                     self.pairs.append((getattr(module, child_name), policy.get_submodule(full)))
         for name in [n for n, _ in self.model.named_parameters()]:  # adapters, norms, embedding: the policy's own
             owner, _, leaf = name.rpartition(".")
             setattr(self.model.get_submodule(owner) if owner else self.model, leaf, shared[name])
-        self.lora = any(_is_adapter(n) for n in shared)
+        self.lora = any(is_adapter(n) for n in shared)
 
     def refresh(self) -> None:
         """With LoRA the adapters are shared; with full fine-tuning the int8 weights are re-quantised."""
@@ -106,7 +106,9 @@ class Int8Sampler:
             quantized.pack(source.weight.detach(), None if source.bias is None else source.bias.detach())
 
 
-def _is_adapter(name: str) -> bool:
+def is_adapter(name: str) -> bool:
+    """Whether a module or parameter name (from `named_modules` / `named_parameters`) is one of peft's LoRA
+    adapters (lora_A, lora_B, ...) rather than a base-model layer."""
     return ".lora_" in name or name.startswith("lora_")
 
 

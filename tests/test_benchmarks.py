@@ -1,0 +1,286 @@
+"""The benchmarks as a library: the bootstrap, the hack ground truth, the baseline detectors, the results writer, and
+every script importable with a cheap `--help`. Hand-written rows only: no model, no run."""
+
+import importlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings (`common`, `detectors`) by name
+
+import common  # noqa: E402
+
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py"))
+NO_HELP = {"readme_table": "has no argparse: any run, --help included, rewrites README.md"}
+
+
+# ---- bootstrap -------------------------------------------------------------------------------------------------
+
+
+def _seed(solved: int, tasks: int) -> dict[str, float]:
+    """One seed's per-task verdicts: the first `solved` of `tasks` solved."""
+    return {f"t{i}": 1.0 if i < solved else 0.0 for i in range(tasks)}
+
+
+def test_bootstrap_of_all_solved_is_one_everywhere():
+    assert common.bootstrap([_seed(5, 5)] * 3, random.Random(0)) == (1.0, 1.0, 1.0)
+
+
+def test_bootstrap_point_is_the_mean_over_seeds_of_the_mean_over_tasks():
+    # seed means 0.5 and 1.0 (tasks of unequal count: a pooled mean would be 5/6, not 0.75)
+    point, low, high = common.bootstrap([_seed(2, 4), _seed(2, 2)], random.Random(0))
+    assert point == pytest.approx(0.75)
+    assert low < point < high
+
+
+def test_bootstrap_interval_holds_the_mean_and_narrows_with_more_tasks():
+    few = common.bootstrap([_seed(5, 10)] * 3, random.Random(0))
+    many = common.bootstrap([_seed(100, 200)] * 3, random.Random(0))
+    for point, low, high in (few, many):
+        assert point == pytest.approx(0.5)
+        assert 0.0 <= low < point < high <= 1.0
+    assert many[2] - many[1] < (few[2] - few[1]) / 2
+
+
+def test_bootstrap_resamples_seeds_too():
+    same = common.bootstrap([_seed(5, 10)] * 4, random.Random(0))
+    apart = common.bootstrap([_seed(1, 10), _seed(9, 10)] * 2, random.Random(0))
+    assert apart[0] == pytest.approx(same[0])
+    assert apart[2] - apart[1] > same[2] - same[1]
+
+
+def test_bootstrap_is_deterministic_under_a_seeded_rng():
+    rows = [_seed(3, 10), _seed(7, 10), _seed(5, 8)]
+    assert common.bootstrap(rows, random.Random(7)) == common.bootstrap(rows, random.Random(7))
+    assert common.bootstrap(rows, random.Random(7)) != common.bootstrap(rows, random.Random(8))
+
+
+def test_learning_scripts_share_one_bootstrap():
+    learning, transfer = importlib.import_module("learning"), importlib.import_module("learning_transfer")
+    assert learning.bootstrap is transfer.bootstrap is common.bootstrap
+
+
+# ---- hack_detection's ground truth -----------------------------------------------------------------------------
+
+HONEST = {
+    "components": {"completion": 1.0},
+    "valid_calls": 1,
+    "tokens": 120,
+    "text": "",
+    "weighted": {"completion": 3.0, "format": 1.0},
+}
+"""A solved episode with a valid call: `grounded_correct`."""
+HEDGED = {
+    "components": {"completion": 0.0},
+    "reasons": {"completion": "hedged: the answer lists several numbers"},
+    "valid_calls": 1,
+    "tokens": 120,
+    "text": "",
+    "weighted": {"completion": 0.0, "format": 1.0},
+}
+"""An unsolved episode the verifier calls hedged: `hedged_answer`, a hack class."""
+GUESS = {"components": {"completion": 0.0}, "tokens": 80, "text": "about 5%", "weighted": {"format": 0.0}}
+"""No call, no answer the verifier takes: `free_text_guess`, not a hack class."""
+
+
+def _steps(*per_step: dict, episodes: int = 6) -> dict[int, list[dict]]:
+    """by_step rows: step i (from 1) holds `episodes` copies of the i-th row."""
+    return {i: [dict(row) for _ in range(episodes)] for i, row in enumerate(per_step, start=1)}
+
+
+@pytest.fixture(scope="module")
+def ground_truth():
+    return importlib.import_module("hack_detection").ground_truth
+
+
+def test_ground_truth_labels_an_honest_run_honest(ground_truth):
+    truth = ground_truth(_steps(*[HONEST] * 6), thought_required=False)
+    assert truth["hacked"] is False and truth["onset"] is None
+
+
+def test_ground_truth_labels_a_hack_class_majority_hacked_at_its_onset(ground_truth):
+    # W(2) = steps 1-2, all honest; W(3) = steps 2-3 is half hedged (not a majority); W(4) = steps 3-4 all hedged
+    truth = ground_truth(_steps(HONEST, HONEST, HEDGED, HEDGED, HEDGED), thought_required=False)
+    assert truth["hacked"] is True
+    assert truth["onset"] == 4
+    assert truth["why"].startswith("class hedged_answer")
+
+
+def test_ground_truth_labels_a_component_outgrowing_the_verifier_hacked(ground_truth):
+    # no hack class anywhere; the format component gains 0.5 by W(3) (steps 2-3) while the verifier gains nothing
+    paid = {**GUESS, "weighted": {"format": 1.0}}
+    truth = ground_truth(_steps(GUESS, GUESS, paid, paid), thought_required=False)
+    assert truth["hacked"] is True
+    assert truth["onset"] == 3
+    assert truth["why"].startswith("component format")
+
+
+def test_ground_truth_lets_a_component_grow_with_the_verifier(ground_truth):
+    # format gains 1.0 while strict success goes 0 -> 1 (worth 3.0): learning, not a hack
+    solved = {**HONEST, "weighted": {"completion": 3.0, "format": 1.0}}
+    start = {**GUESS, "weighted": {"completion": 0.0, "format": 0.0}}
+    assert ground_truth(_steps(start, start, solved, solved), thought_required=False)["hacked"] is False
+
+
+def test_ground_truth_needs_more_steps_than_its_window(ground_truth):
+    truth = ground_truth(_steps(HEDGED, HEDGED), thought_required=False)
+    assert truth == {"hacked": False, "onset": None, "why": "too few steps"}
+
+
+# ---- the baseline detectors ------------------------------------------------------------------------------------
+
+
+def _run(rows: list[dict], episodes: dict[int, list[dict]] | None = None):
+    from detectors import Recorded
+
+    from grpolab.config import LabConfig
+
+    return Recorded(LabConfig(), [{"step": i, **r} for i, r in enumerate(rows, start=1)], episodes or {}, {})
+
+
+def _group(*totals: float) -> list[dict]:
+    return [{"group": 0, "total": t} for t in totals]
+
+
+DETECTOR_CASES = {
+    # name: (threshold, rows that fire at the last step, rows that never fire)
+    "kl_acceleration": (1.0, [{"kl": 0.01}, {"kl": 0.01}, {"kl": 0.1}], [{"kl": 0.01}, {"kl": 0.02}, {"kl": 0.03}]),
+    "entropy_trend": (0.2, [{"entropy": 2.0}, {"entropy": 1.5}, {"entropy": 1.0}], [{"entropy": 2.0}] * 3),
+    "component_dominance": (
+        0.7,
+        [{"reward/completion": 3.0, "reward/format": 0.5}, {"reward/completion": 0.5, "reward/format": 3.0}],
+        [{"reward/completion": 3.0, "reward/format": 0.5}] * 2,
+    ),
+    "length_drift": (
+        0.3,
+        [{"completion_len": 100}, {"completion_len": 110}, {"completion_len": 150}],
+        [{"completion_len": 100}] * 3,
+    ),
+    "variance_collapse": (
+        0.2,
+        [{"reward/std": 1.0}, {"reward/std": 0.8}, {"reward/std": 0.1}],
+        [{"reward/std": 1.0}] * 3,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DETECTOR_CASES))
+def test_baseline_detector_fires_on_its_signal_and_not_without_it(name):
+    import detectors
+
+    detector, grid = detectors.BASELINES[name]
+    threshold, firing, quiet = DETECTOR_CASES[name]
+    assert threshold in grid
+    assert detectors.first_alarm(detector, _run(firing), threshold) == len(firing)
+    assert detectors.first_alarm(detector, _run(quiet), threshold) is None
+
+
+def test_advantage_drift_fires_when_the_advantages_move():
+    import detectors
+
+    detector, _ = detectors.BASELINES["advantage_drift"]
+    flat = {s: _group(1.0, 1.0, 1.0, 1.0) for s in range(1, 5)}  # advantages all 0
+    spread = {**flat, 4: _group(0.0, 0.0, 1.0, 1.0)}  # advantages -1, -1, 1, 1: W1 = 1 from the baseline's zeros
+    rows = [{}] * 4
+    assert detectors.first_alarm(detector, _run(rows, spread), 0.5) == 4
+    assert detectors.first_alarm(detector, _run(rows, flat), 0.5) is None
+
+
+def test_wasserstein1_of_a_shift_is_the_shift():
+    from detectors import wasserstein1
+
+    assert wasserstein1([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]) == 0.0
+    assert wasserstein1([0.0, 1.0, 2.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
+
+
+# ---- the results writer ----------------------------------------------------------------------------------------
+
+
+def test_write_results_adds_the_machine_block_and_keeps_the_scripts_keys(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    result = {"figure": 1.5, "date": "2020-01-02", "command": "python benchmarks/x.py --n 1"}
+    path = common.write_results("x", result)
+    assert path == tmp_path / "results" / "x.json"
+    written = json.loads(path.read_text())
+    assert {k: written[k] for k in result} == result
+    assert list(written) == [*result, "machine"]
+    block = written["machine"]
+    assert set(block) == {"commit", "date", "cpu", "cpus", "arch", "torch"}
+    assert block["cpus"] == common.cpu_count() >= 1
+    assert block["torch"] == common.torch_version() != "unknown"
+    assert block["commit"] == common.git_commit()
+    assert block["cpu"] and block["date"]
+    assert common.machine_line(written).endswith(f" ({block['cpu']})")
+
+
+def test_write_results_replaces_an_old_machine_string(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    written = json.loads(common.write_results("y", {"machine": "x86_64", "n": 1}, indent=1).read_text())
+    assert isinstance(written["machine"], dict) and written["n"] == 1
+
+
+def test_git_commit_is_a_short_sha_here_and_unknown_without_git(tmp_path, monkeypatch):
+    sha = common.git_commit()
+    assert sha == "unknown" or (4 <= len(sha) <= 40 and all(c in "0123456789abcdef" for c in sha))
+    assert common.git_commit(tmp_path) == "unknown"  # not a repository
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on PATH
+    assert common.git_commit() == "unknown"
+
+
+def test_cpu_model_reads_cpuinfo_and_falls_back(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13 64-Core Processor\n")
+    assert common.cpu_model(info) == "AMD EPYC 7B13 64-Core Processor"
+    assert common.cpu_model(tmp_path / "missing")  # platform's answer, never empty
+
+
+def test_machine_line_needs_a_machine_block():
+    block = {"cpus": 2, "cpu": "AMD EPYC 7B13"}
+    assert common.machine_line({"machine": block}) == "2 CPU cores (AMD EPYC 7B13)"
+    assert common.machine_line({"machine": {**block, "cpus": 1}}) == "1 CPU core (AMD EPYC 7B13)"
+    assert common.machine_line({"machine": "x86_64 2 cpus"}) is None
+    assert common.machine_line({"date": "2026-12-03"}) is None
+
+
+def test_command_line_writes_every_argument_with_a_value():
+    import argparse
+
+    args = argparse.Namespace(sft_steps=10, engine="int8", results=None)
+    assert common.command_line("step_cost.py", args) == "python benchmarks/step_cost.py --sft-steps 10 --engine int8"
+
+
+# ---- every script ----------------------------------------------------------------------------------------------
+
+
+def test_common_imports_without_torch():
+    code = "import sys, common; assert 'torch' not in sys.modules, 'common imported torch'"
+    subprocess.run([sys.executable, "-c", code], cwd=BENCHMARKS, check=True, timeout=60)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_imports_and_answers_help(script):
+    module = importlib.import_module(script)
+    assert module.__doc__, f"{script}.py says nothing about itself"
+    if script in NO_HELP:
+        pytest.skip(f"{script}.py {NO_HELP[script]}")
+    import grpolab
+
+    src = str(Path(grpolab.__file__).resolve().parent.parent)  # the grpolab this test imports, for the child too
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{script}.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=BENCHMARKS.parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage:")
