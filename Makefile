@@ -35,9 +35,10 @@ bench: setup
 	$(PY) benchmarks/update_padding.py
 	$(PY) benchmarks/int8_mismatch.py
 	$(PY) benchmarks/vs_trl.py --rounds 2
-	$(PY) benchmarks/vs_trl.py --shape demo --rounds 4
+	$(PY) benchmarks/vs_trl.py --shape demo --rounds 3
 	$(PY) benchmarks/learning.py --steps 10 --arms seeded+grpo sft-matched
 	$(PY) benchmarks/learning.py --seeds 0 --steps 10 --arms seeded+grpo seeded+grpo-int8 --results learning_int8
 	$(PY) benchmarks/seeding.py --steps 1 2 3 4 6 8 10 12 15
 	$(PY) benchmarks/sim_speed.py
+	$(PY) benchmarks/base_eval.py --results base_demo
 	$(PY) benchmarks/readme_table.py

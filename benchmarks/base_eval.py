@@ -17,9 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
-ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "src" / "grpolab" / "configs" / "demo.toml"
+from common import DEMO, ROOT, write_results
 
 
 def base_score(config: Path, eval_limit: int) -> dict:
@@ -62,8 +60,7 @@ def main() -> None:
     named = "" if args.config == DEMO else f" --config {args.config}"
     result["date"] = time.strftime("%Y-%m-%d")
     result["command"] = f"python benchmarks/base_eval.py{named} --eval-limit {args.eval_limit} --results {args.results}"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.results}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.results, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("solved", "called")}, indent=2))
 
 

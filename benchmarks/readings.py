@@ -7,6 +7,7 @@ figures mean and were written when the result was read. A result that is missing
 
 from __future__ import annotations
 
+import argparse
 import json
 import textwrap
 from pathlib import Path
@@ -267,3 +268,8 @@ def sections() -> list[str]:
         if t:
             add(_transfer(t, title))
     return out
+
+
+if __name__ == "__main__":
+    argparse.ArgumentParser(description="Print docs/results.md's readings (readme_table.py writes them).").parse_args()
+    print("\n".join(sections()))

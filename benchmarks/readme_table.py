@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import readings
+from common import machine_line
 from readings import ci, load, pct, points
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,21 +340,19 @@ def rows() -> list[str]:
         )
     r = load("sim_speed")
     if r:
-        fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date")})
+        fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date", "machine")})
         out.append(f"| simulator speed | `{fig}` | `{r.get('command', '')}` | {r.get('date', '')} |")
     out.append(f"\n{_machines()}")
     return out
 
 
 def _machine(result: dict) -> str | None:
-    """How a result describes the machine it ran on: the results writer's block, or an older script's fields."""
+    """How a result describes the machine it ran on: the results writer's block, or an older script's string."""
     m = result.get("machine")
-    if isinstance(m, dict):
-        return f"{m.get('cpu_count', '?')} CPU cores ({m.get('cpu_model', 'unknown CPU')})"
     if isinstance(m, str):
         threads = result.get("threads")
         return m if threads is None or "cpu" in m else f"{m}, {threads} threads"
-    return None
+    return machine_line(result)
 
 
 def _machines() -> str:

@@ -18,7 +18,7 @@ if str(BENCHMARKS) not in sys.path:
 import common  # noqa: E402
 
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py"))
-NO_HELP = {"readme_table": "has no argparse: any run, --help included, rewrites README.md"}
+NO_HELP: dict[str, str] = {}
 
 
 # ---- bootstrap -------------------------------------------------------------------------------------------------
