@@ -378,7 +378,8 @@ def load_config(
     `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
     that were not given leave the file's values alone. The file's `plugins` are resolved from its folder, then
     `plugins` (`--plugin`) from the working directory are added (`grpolab.plugins.resolve_plugins`). The file is
-    read within `files.MAX_CONFIG_BYTES` and `files.MAX_NESTING`; anything wrong is a UserError naming the field.
+    read within `files.limits.MAX_CONFIG_BYTES` and `files.limits.MAX_NESTING`; anything wrong is a UserError
+    naming the field.
     """
     data: dict[str, Any] = base.model_dump(mode="json") if base is not None else {}
     source = "config"
@@ -438,7 +439,9 @@ def _is_path(module: str) -> bool:
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
-    from grpolab.files import MAX_CONFIG_BYTES, check_nesting, read_user_file
+    from grpolab.files.limits import MAX_CONFIG_BYTES
+    from grpolab.files.nesting import check_nesting
+    from grpolab.files.user_input import read_user_file
 
     text = read_user_file(path, "config file", MAX_CONFIG_BYTES, "check the path given to --config")
     check_nesting(text, str(path), "a lab config nests at most 3 levels; fix the config file", kind="toml")

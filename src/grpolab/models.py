@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from grpolab.errors import UserError
-from grpolab.files import atomic_write_dir
+from grpolab.files.atomic import atomic_write_dir
 
 if TYPE_CHECKING:
     from grpolab.config import LoraConfig

@@ -36,7 +36,8 @@ from grpolab.engine.policy import load_run_policy
 from grpolab.envs import env_for
 from grpolab.envs.base import question_task
 from grpolab.errors import UserError
-from grpolab.files import output_folder, read_json
+from grpolab.files.json_files import read_json
+from grpolab.files.outputs import output_folder
 from grpolab.formats import stop_token_ids, thought_tag_of
 from grpolab.metrics import heldout_summary
 from grpolab.vocabulary import HELDOUT_SUCCESS
@@ -267,7 +268,7 @@ def exported_config(path: Path) -> LabConfig | None:
     if not manifest.is_file():
         return None
     problems: list[str] = []
-    data = read_json(manifest, problems)  # within grpolab.files' limits (size, nesting)
+    data = read_json(manifest, problems)  # within grpolab.files.limits (size, nesting)
     if problems:
         raise UserError(f"{manifest}: {problems[0]}", "re-export the run")
     try:

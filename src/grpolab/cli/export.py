@@ -48,7 +48,7 @@ def export_trl(
 ) -> None:
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
     from grpolab.envs import env_for
-    from grpolab.files import output_target
+    from grpolab.files.outputs import output_target
     from grpolab.rewards.rubric import check_weights
     from grpolab.trl.export import export_trl as write
     from grpolab.trl.settings import trl_section_notes, unsupported

@@ -46,7 +46,9 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
         run = RunDir(path)
         rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
     elif path.exists():
-        from grpolab.files import MAX_DATA_BYTES, check_nesting, read_user_file
+        from grpolab.files.limits import MAX_DATA_BYTES
+        from grpolab.files.nesting import check_nesting
+        from grpolab.files.user_input import read_user_file
 
         fix = "pass a run directory or a `grpolab check --save` report"
         text = read_user_file(path, "calibration report", MAX_DATA_BYTES, fix)

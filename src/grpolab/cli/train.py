@@ -27,7 +27,7 @@ from grpolab.cli.options import (
 )
 from grpolab.config import DEMO_CONFIG, field_doc
 from grpolab.errors import UserError
-from grpolab.files import output_folder
+from grpolab.files.outputs import output_folder
 from grpolab.vocabulary import CONVERGENCE, HELDOUT_HEADLINE, HELDOUT_N, HELDOUT_SUCCESS, SPECS, SUCCESS
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]

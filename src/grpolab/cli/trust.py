@@ -56,7 +56,7 @@ def check(
     base model. Exits 1 when a probe matches or beats honest work; a shortcut the reward pays (an edit of honest work
     that scores above it) is named with its margin and the components that pay for it."""
     from grpolab.envs import env_for
-    from grpolab.files import output_target, write_output
+    from grpolab.files.outputs import output_target, write_output
     from grpolab.models import load_model
     from grpolab.rewards.rubric import check_weights
     from grpolab.trust.preflight import check as run_check
@@ -136,7 +136,7 @@ def compare(
     from grpolab.engine.evaluate import evaluate
     from grpolab.engine.policy import load_policy
     from grpolab.envs import env_for
-    from grpolab.files import output_target, write_output
+    from grpolab.files.outputs import output_target, write_output
     from grpolab.metrics import episode_row
     from grpolab.report.changes import change_lines, changes_html, what_changed
 

@@ -96,7 +96,7 @@ def get_env(
 ) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
     if name == "bfcl":
-        env = _bfcl(data, task_kinds)  # its files are read within grpolab.files' limits
+        env = _bfcl(data, task_kinds)  # its files are read within grpolab.files.limits
     elif name == "data":
         env = _data(data, data_env)  # its task files, tools module and verifier come from the config
     elif name in BUILTIN:

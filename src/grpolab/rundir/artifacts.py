@@ -1,6 +1,6 @@
 """The files of a run directory other than weights: the config, JSON artifacts, step rows, evaluations, STOP.
 
-Whole-file writes are atomic (`grpolab.files`); metric and episode rows are appended. Resume rewinds both to the
+Whole-file writes are atomic (`grpolab.files.atomic`); metric and episode rows are appended. Resume rewinds both to the
 last intact checkpoint's step, so no step is recorded twice or lost; the rows it cuts are kept beside the
 checkpoints (`rewind`), never deleted. Callers name files through the accessors
 here (`write_preflight`, `eval_rows`, ...), never by a file name.
@@ -14,16 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpolab.errors import UserError
-from grpolab.files import (
-    append_jsonl,
-    atomic_write,
-    atomic_write_dir,
-    atomic_write_text,
-    read_json,
-    read_jsonl,
-    unused_name,
-    write_jsonl,
-)
+from grpolab.files.atomic import atomic_write, atomic_write_dir, atomic_write_text, unused_name
+from grpolab.files.json_files import append_jsonl, read_json, read_jsonl, write_jsonl
 from grpolab.plugins import import_recorded
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.files import atomic_write, atomic_write_dir, atomic_write_text, read_json, sha256_file, unused_name
+from grpolab.files.atomic import atomic_write, atomic_write_dir, atomic_write_text, sha256_file, unused_name
+from grpolab.files.json_files import read_json
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
     CHECKPOINT_PREFIX,
