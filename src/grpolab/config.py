@@ -16,6 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grpolab.errors import UserError
+from grpolab.files.limits import MAX_CONFIG_BYTES
+from grpolab.files.nesting import check_nesting
+from grpolab.files.user_input import read_user_file
 from grpolab.plugins import import_recorded, resolve_plugins
 from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, THOUGHT_MIN_WORDS
 from grpolab.rewards.rubric import BUILTIN_RUBRIC
@@ -439,10 +442,6 @@ def _is_path(module: str) -> bool:
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
-    from grpolab.files.limits import MAX_CONFIG_BYTES
-    from grpolab.files.nesting import check_nesting
-    from grpolab.files.user_input import read_user_file
-
     text = read_user_file(path, "config file", MAX_CONFIG_BYTES, "check the path given to --config")
     check_nesting(text, str(path), "a lab config nests at most 3 levels; fix the config file", kind="toml")
     try:

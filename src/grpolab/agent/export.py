@@ -102,7 +102,7 @@ def check_out_dir(out: Path) -> None:
 
 
 def _generation_config(tokenizer: Any, cfg: LabConfig) -> Any:
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # heavy: transformers' generation classes load only on export
 
     # greedy, as the lab evaluates; end of turn (<|im_end|>) or end of text stops, as in the rollout
     return GenerationConfig(
@@ -233,7 +233,7 @@ def load_exported(path: Path, gguf_file: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) of an exported folder with plain transformers, as any user would load it.
 
     With `gguf_file` (a path relative to `path`, e.g. "gguf/NAME.f32.gguf") the GGUF is loaded instead."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: only when an export is loaded
 
     kwargs: dict[str, Any] = {}
     if gguf_file:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers
 from grpolab.envs.rubric import RewardComponent, Shape, make_component
 from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
@@ -157,8 +158,6 @@ def lenient_completion_reward(r: Replay, task: Task, env: Environment, ctx: Rewa
 
     The strict verifier fails a hedge ("12.5, or maybe 13.1"); this one pays it, so a policy trained on it learns to
     list candidates. It exists to show the hedging hack (`benchmarks/hack_detection.py`); never train on it."""
-    from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers  # here: the config reads this table
-
     truth = task.truth.get("diff") if isinstance(task.truth, dict) else task.truth
     if not isinstance(truth, (int, float)) or isinstance(truth, bool):
         return 0.0, "no numeric truth to match"

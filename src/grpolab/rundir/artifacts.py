@@ -86,6 +86,7 @@ class Artifacts(RunPath):
         self.write_json(CONFIG_FILE, cfg.model_dump(mode="json"))
 
     def read_config(self) -> LabConfig:
+        # the config brings in the env registry and transformers: reading a run's other files needs neither
         from grpolab.config import LabConfig, as_recorded
 
         data = self.config_data()
