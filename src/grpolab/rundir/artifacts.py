@@ -60,10 +60,6 @@ class Artifacts(RunPath):
         return self.path / SUMMARY_FILE
 
     @property
-    def preflight_path(self) -> Path:
-        return self.path / PREFLIGHT_FILE
-
-    @property
     def report_path(self) -> Path:
         return self.path / REPORT_FILE
 
