@@ -58,8 +58,7 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     """Adherence to the protocol's structure, checks of equal weight; a check pays only for something attempted.
 
     - thought: the turn opens with a closed `<thought>` block holding at least `thought_min_words` words (where
-      the env's prompt asks for one): a closed block around nothing (`<thought>...</thought>`) is the shortcut
-      GRPO found in the demo when any closed block paid, since the length penalty pays for emptying it;
+      the env's prompt asks for one): a closed block around nothing does not pay (docs/design.md says why);
     - tags: protocol tags are present and well-formed (where the task needs tools; elsewhere: no broken tags);
     - calls: where the task needs tools, at least one call, every call valid JSON and answered by the environment,
       no `<tool_response>` written by the model; elsewhere no malformed or fabricated ones;
