@@ -148,7 +148,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys):
 
 
 def test_a_changed_byte_of_the_same_size_fails_the_checksum(tmp_path):
-    from grpolab.files import sha256_file
+    from grpolab.files.atomic import sha256_file
     from grpolab.rundir import checkpoint_problem
 
     folder = tmp_path / "step-1"

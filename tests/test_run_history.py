@@ -73,7 +73,7 @@ def test_a_resume_with_every_checkpoint_damaged_keeps_the_rows_it_cuts(run, caps
 def test_a_refused_checkpoint_pickle_is_named_and_set_aside(run, capsys):
     import torch
 
-    from grpolab.files import sha256_file
+    from grpolab.files.atomic import sha256_file
 
     class Payload:
         def __reduce__(self):

@@ -16,6 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grpolab.errors import UserError
+from grpolab.files.limits import MAX_CONFIG_BYTES
+from grpolab.files.nesting import check_nesting
+from grpolab.files.user_input import read_user_file
 from grpolab.plugins import import_recorded, resolve_plugins
 from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, THOUGHT_MIN_WORDS
 from grpolab.rewards.rubric import BUILTIN_RUBRIC
@@ -35,8 +38,7 @@ class RewardConfig(_Section):
     length_unit: int = Field(DEFAULT_LENGTH_UNIT, gt=0)
     """The length component counts generated tokens in units of this many (tool output excluded)."""
     thought_min_words: int = Field(THOUGHT_MIN_WORDS, ge=0)
-    """The format check pays for an opening thought only if it holds at least this many words; 0 pays any closed
-    <thought> block, even an emptied one, which GRPO then learns to empty for the length penalty's sake."""
+    """Fewest words an opening <thought> must hold for the format check to pay for it (0: any closed block pays)."""
 
 
 class RolloutConfig(_Section):
@@ -45,29 +47,19 @@ class RolloutConfig(_Section):
     max_new_tokens: int = Field(160, gt=0)
     """Token budget of policy tokens per episode, over all turns (tool output not counted)."""
     max_turns: int = Field(3, ge=1, le=MAX_REPLAYED_CALLS)
-    """Most tool calls in one episode; the turn after the last one must answer. At most 16: scoring runs no more
-    calls than that per transcript (`rewards.components.MAX_REPLAYED_CALLS`)."""
+    """Most tool calls in one episode (at most 16, what scoring replays); the turn after the last one must answer."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature for training rollouts (evaluation is greedy)."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling for training rollouts."""
     format: Literal["inline", "chat_template"] = "inline"
-    """inline: the lab's protocol in one assistant turn (tool responses spliced as <tool_response> blocks);
-    chat_template: the model's own template renders the tools and `role: "tool"` results (grpolab.formats)."""
+    """inline: the lab's protocol in one assistant turn; chat_template: the model's own chat template renders it."""
     tool_syntax: Literal["auto", "hermes", "llama3"] = "auto"
-    """With format = chat_template: how the model writes calls (hermes: <tool_call> JSON blocks; llama3: the turn
-    is one {"name", "parameters"} object); auto reads it from the template."""
+    """How the model writes calls under chat_template: hermes, llama3, or auto (read from the template)."""
     stop_at_answer: bool = True
-    """End an episode where the environment says its final answer ends (finance, arithmetic: with the first
-    sentence after a tool response that states a number, as their instructions ask), instead of letting it ramble
-    on to max_new_tokens; the token that opens the next sentence is not kept. Environments that declare no end
-    (code, bfcl, most user environments) are unaffected. Applies to training rollouts, evaluation and chat."""
+    """End an episode where its environment says the final answer ends, instead of at max_new_tokens."""
     engine: Literal["exact", "int8"] = "exact"
-    """exact: rollouts sample from the policy itself; int8: from a copy whose base linear layers are dynamic W8A8
-    (int8 weights per output channel, activations quantised to int8 per call; engine/sampler.py), about 4x less
-    memory traffic per decoded token. The copy shares the policy's LoRA adapters (fp32, unmerged), so it follows
-    every update; only full fine-tuning re-quantises its weights each step. The loss corrects the mismatch with
-    truncated importance sampling (grpo.is_cap) and logs it (mismatch/*)."""
+    """exact: rollouts sample from the policy itself; int8: from a dynamic W8A8 copy of it (engine/sampler.py)."""
 
 
 class GRPOConfig(_Section):
@@ -96,8 +88,7 @@ class GRPOConfig(_Section):
     is_cap: float = Field(2.0, gt=1)
     """Cap of the token-level truncated importance weights that correct rollouts sampled by another copy (int8)."""
     kl_metric: bool = True
-    """Measure the KL to the reference even when beta = 0 (one extra forward pass per step; with beta > 0 it is
-    always computed)."""
+    """Measure the KL to the reference even when beta = 0 (one extra forward pass per step)."""
     kl_bound: float = Field(0.12, gt=0)
     """Stability bound for the mean KL; passing it is flagged."""
     max_grad_norm: float = Field(1.0, gt=0)
@@ -150,9 +141,7 @@ class TrainConfig(_Section):
     sft_batch_size: int = Field(4, ge=1)
     """Reference transcripts per SFT step."""
     sft_mix: dict[str, float] = Field(default_factory=dict)
-    """Relative weight of each task kind in the SFT draw: each transcript's kind is drawn with these weights, then
-    a train task of that kind (kinds left out are not drawn). Empty: every train task equally likely, so the kinds
-    with the most tasks dominate."""
+    """Relative weight of each task kind in the SFT draw (kinds left out are not drawn; empty: every task alike)."""
     eval_every: int = Field(10, ge=0)
     """Held-out evaluation every this many steps (0 = only at the end)."""
     eval_limit: int = Field(20, ge=1)
@@ -193,9 +182,7 @@ class WatchConfig(_Section):
     length_runaway: float = Field(1.5, gt=1)
     """Alarm when completion length exceeds this multiple of its first-step value and 90% of the token budget."""
     mismatch_bound: float = Field(0.05, gt=0)
-    """Alarm when the rollout sampler's k3 KL to the policy (mismatch/kl, nats per token) passes this: the int8
-    engine's samples are then far off-policy. Weight-only int8 measured 0.003 on the demo, the dynamic W8A8 copy
-    0.22-0.31 (with a held-out loss of 18 points) on a CPU with VNNI (benchmarks/int8_mismatch.py)."""
+    """Alarm when the rollout sampler's k3 KL to the policy (mismatch/kl, nats per token) passes this."""
     drift_window: int = Field(2, ge=1)
     """Steps in each window when the drift alarm and the reward attribution compare the start with the latest steps."""
     drift_z: float = Field(1.0, gt=0)
@@ -205,8 +192,7 @@ class WatchConfig(_Section):
     drift_share: float = Field(0.3, gt=0, le=1)
     """Drift alarm: growth of a hack class's share of the episodes (empty thought, hedged answer...) that counts."""
     attribution_min: float = Field(0.15, gt=0)
-    """Attribution flag: a component other than completion whose weighted mean gained at least this much, and more
-    than the verifier's gain is worth, is flagged."""
+    """Attribution flag: least gain of a non-completion component that, above the verifier's gain, is flagged."""
     stop_on_alarm: bool = False
     """Stop training (after checkpointing) when an alarm fires."""
 
@@ -271,8 +257,7 @@ class LabConfig(_Section):
     task_kinds: list[str] = Field(default_factory=list)
     """Only these task templates of the environment (empty = all), e.g. ["pct_change"] on finance."""
     prompt_example: bool = False
-    """Put a worked example transcript in the system prompt (about +300 prompt tokens, which every rollout and
-    update pays for; the SFT warm start teaches the protocol more cheaply)."""
+    """Put a worked example transcript in the system prompt (about 300 more tokens in every prompt)."""
     data: list[str] = Field(default_factory=list)
     """Data files for environments that read them (bfcl; data: JSONL task files or saved datasets)."""
     data_env: DataEnvConfig = Field(default_factory=DataEnvConfig)
@@ -358,8 +343,7 @@ MADE_WITHOUT = {("rollout", "stop_at_answer"): False, ("train", "precision"): "f
 
 def as_recorded(data: Any) -> Any:
     """A recorded config (a run's config.json, an export's manifest) with the settings it predates (MADE_WITHOUT)
-    set as they were when it was made: resuming, evaluating or chatting with an old run keeps its behaviour (the
-    answer-stop rule, 2026-12-01, would otherwise switch on)."""
+    set as they were when it was made: resuming, evaluating or chatting with an old run keeps its behaviour."""
     if isinstance(data, dict):
         for (section, key), then in MADE_WITHOUT.items():
             if isinstance(data.get(section), dict) and key not in data[section]:
@@ -378,7 +362,8 @@ def load_config(
     `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
     that were not given leave the file's values alone. The file's `plugins` are resolved from its folder, then
     `plugins` (`--plugin`) from the working directory are added (`grpolab.plugins.resolve_plugins`). The file is
-    read within `files.MAX_CONFIG_BYTES` and `files.MAX_NESTING`; anything wrong is a UserError naming the field.
+    read within `files.limits.MAX_CONFIG_BYTES` and `files.limits.MAX_NESTING`; anything wrong is a UserError
+    naming the field.
     """
     data: dict[str, Any] = base.model_dump(mode="json") if base is not None else {}
     source = "config"
@@ -438,8 +423,6 @@ def _is_path(module: str) -> bool:
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
-    from grpolab.files import MAX_CONFIG_BYTES, check_nesting, read_user_file
-
     text = read_user_file(path, "config file", MAX_CONFIG_BYTES, "check the path given to --config")
     check_nesting(text, str(path), "a lab config nests at most 3 levels; fix the config file", kind="toml")
     try:

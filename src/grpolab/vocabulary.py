@@ -8,6 +8,7 @@ disk in every run directory ever written, so names are never changed, only added
 Families are declared by their pattern and built by a function: `reward/NAME` (`reward_key`), `heldout/success/KIND`
 and `heldout/n/KIND` (`heldout_of_kind`), `perf/PHASE_s` and `perf/PHASE_KEY` (`perf_key`), `behaviour/STAT[/PART]`
 (`behaviour_key`), `class/NAME` (`class_key`), `attribution/NAME` and `attribution/share/NAME` (`attribution_key`).
+A PHASE is one of the step's phases, declared here too (`PHASE_DECODE`...): the engine times them under these names.
 """
 
 from __future__ import annotations
@@ -208,6 +209,38 @@ PERF_PHASE = _declare(
     (TRAINER,),
     family=True,
 )
+
+# The phases of a native step (`engine.phases.Phases`): PHASE in `perf/PHASE_s` and `perf/PHASE_KEY`.
+PHASE_STEP = "step"
+"""The whole step (`perf/step_s`)."""
+PHASE_SAMPLER_REFRESH = "sampler_refresh"
+"""Copying the policy's weights into the rollout's sampler (`engine.sampler`)."""
+PHASE_PREFILL = "prefill"
+"""The prompts' prefill, once per prompt before its G episodes fork."""
+PHASE_SAMPLE = "sample"
+"""Drawing the next token of every live episode."""
+PHASE_COMPACT = "compact"
+"""Dropping finished episodes from the decode batch."""
+PHASE_TOOL_PREFILL = "tool_prefill"
+"""Feeding tool responses back into the KV cache."""
+PHASE_DECODE = "decode"
+"""One forward pass of the decode batch per generated token."""
+PHASE_TOOLS = "tools"
+"""Running the episodes' tool calls."""
+PHASE_SCORE = "score"
+"""Scoring the episodes with the reward."""
+PHASE_REFERENCE = "reference"
+"""The reference model's logprobs of the episodes."""
+PHASE_OLD_LOGPROBS = "old_logprobs"
+"""The rollout policy's logprobs of the episodes (the ratio's denominator)."""
+PHASE_FORWARD_BACKWARD = "forward_backward"
+"""The update's forward and backward passes."""
+PHASE_OPTIMIZER = "optimizer"
+"""The optimizer step."""
+GENERATION_PHASES = (PHASE_PREFILL, PHASE_SAMPLE, PHASE_COMPACT, PHASE_TOOL_PREFILL, PHASE_DECODE)
+"""The phases that generate policy tokens: their seconds divide `perf/gen_tok_s`."""
+TRAINING_PHASES = (PHASE_REFERENCE, PHASE_OLD_LOGPROBS, PHASE_FORWARD_BACKWARD, PHASE_OPTIMIZER)
+"""The phases that train on the step's tokens: their seconds divide `perf/train_tok_s`."""
 
 # ---- alarms ----------------------------------------------------------------------------------------------------------
 

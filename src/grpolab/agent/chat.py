@@ -168,10 +168,6 @@ class ChatSession:
         model, tokenizer = load_model(cfg.model, seed=cfg.seed)
         return cls(model, tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides))
 
-    def reset(self) -> None:
-        """Forget earlier questions (only matters with keep_history)."""
-        self.history.clear()
-
     def messages(self, question: str) -> list[dict[str, str]]:
         """The chat that starts this question's inline episode: system prompt, history (if kept), the question."""
         system = {"role": "system", "content": self.env.system_prompt(question_task(question))}

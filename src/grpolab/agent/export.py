@@ -36,7 +36,8 @@ from grpolab.engine.policy import load_run_policy
 from grpolab.envs import env_for
 from grpolab.envs.base import question_task
 from grpolab.errors import UserError
-from grpolab.files import output_folder, read_json
+from grpolab.files.json_files import read_json
+from grpolab.files.outputs import output_folder
 from grpolab.formats import stop_token_ids, thought_tag_of
 from grpolab.metrics import heldout_summary
 from grpolab.vocabulary import HELDOUT_SUCCESS
@@ -101,7 +102,7 @@ def check_out_dir(out: Path) -> None:
 
 
 def _generation_config(tokenizer: Any, cfg: LabConfig) -> Any:
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # heavy: transformers' generation classes load only on export
 
     # greedy, as the lab evaluates; end of turn (<|im_end|>) or end of text stops, as in the rollout
     return GenerationConfig(
@@ -232,7 +233,7 @@ def load_exported(path: Path, gguf_file: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) of an exported folder with plain transformers, as any user would load it.
 
     With `gguf_file` (a path relative to `path`, e.g. "gguf/NAME.f32.gguf") the GGUF is loaded instead."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: only when an export is loaded
 
     kwargs: dict[str, Any] = {}
     if gguf_file:
@@ -267,7 +268,7 @@ def exported_config(path: Path) -> LabConfig | None:
     if not manifest.is_file():
         return None
     problems: list[str] = []
-    data = read_json(manifest, problems)  # within grpolab.files' limits (size, nesting)
+    data = read_json(manifest, problems)  # within grpolab.files.limits (size, nesting)
     if problems:
         raise UserError(f"{manifest}: {problems[0]}", "re-export the run")
     try:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from grpolab.errors import UserError
+from grpolab.models import embedded_gguf
 
 GGUFType = Literal["f32", "f16"]
 GGUF_TYPES: tuple[GGUFType, ...] = ("f32", "f16")
@@ -55,9 +56,7 @@ def permute_qk(weight: np.ndarray, n_head: int, n_head_kv: int) -> np.ndarray:
 @lru_cache(maxsize=1)
 def _embedded_tokenizer_fields() -> dict[str, tuple[Any, list[Any]]]:
     """`tokenizer.*` key-values of the embedded GGUF as {key: (python value, gguf value types)}."""
-    import gguf
-
-    from grpolab.models import embedded_gguf
+    import gguf  # only when a GGUF is written or read, not at CLI start-up
 
     reader = gguf.GGUFReader(embedded_gguf())
     return {k: (f.contents(), list(f.types)) for k, f in reader.fields.items() if k.startswith("tokenizer.")}
@@ -122,7 +121,7 @@ def _add_hparams(writer: Any, config: Any) -> None:
 
 
 def _add_tokenizer(writer: Any, tokenizer: Any) -> None:
-    import gguf
+    import gguf  # only when a GGUF is written or read, not at CLI start-up
 
     for key, (value, types) in _embedded_tokenizer_fields().items():
         if key == "tokenizer.chat_template":
@@ -135,7 +134,7 @@ def _add_tokenizer(writer: Any, tokenizer: Any) -> None:
 
 def _tensors(model: Any, tensor_type: GGUFType) -> list[tuple[str, np.ndarray]]:
     """(llama.cpp name, array) for every weight, Q/K permuted; the tied output head is not written twice."""
-    import gguf
+    import gguf  # only when a GGUF is written or read, not at CLI start-up
 
     config = model.config
     names = gguf.TensorNameMap(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
@@ -164,7 +163,7 @@ def write_gguf(model: Any, tokenizer: Any, path: Path, name: str, tensor_type: G
 
     Refuses with a UserError (before writing anything) when the model or tokenizer is not one it can encode.
     """
-    import gguf
+    import gguf  # only when a GGUF is written or read, not at CLI start-up
 
     if tensor_type not in GGUF_TYPES:
         raise UserError(f"unknown GGUF tensor type {tensor_type!r}", "use f32 or f16")

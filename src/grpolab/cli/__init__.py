@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json as jsonlib
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,7 @@ from grpolab.cli import lab as cli_lab
 from grpolab.cli import sim as cli_sim
 from grpolab.cli import train as cli_train
 from grpolab.cli import trust as cli_trust
+from grpolab.cli.inputs import completion_text, tool_arguments
 from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
@@ -33,7 +35,9 @@ from grpolab.config import config_to_dict
 from grpolab.engine.policy import resolve_precision
 from grpolab.envs import SPLITS, env_for, env_names, get_env
 from grpolab.errors import UserError
+from grpolab.models import model_token_counter
 from grpolab.rewards.rubric import check_weights
+from grpolab.rewards.score import score_transcript
 from grpolab.scaffold import new_env
 
 app = typer.Typer(
@@ -165,10 +169,6 @@ def tools_run(
     json: JsonOpt = False,
 ) -> None:
     """Run one tool with JSON arguments and print its response."""
-    import json as jsonlib
-
-    from grpolab.cli.inputs import tool_arguments
-
     cfg = resolve_config(config, env, plugins=plugin)
     e = env_for(cfg)
     tool = e.toolbox.get(name)
@@ -196,10 +196,6 @@ def reward_score(
     json: JsonOpt = False,
 ) -> None:
     """Score an assistant transcript (tool responses included) by re-executing its tool calls."""
-    from grpolab.cli.inputs import completion_text
-    from grpolab.models import model_token_counter
-    from grpolab.rewards.score import score_transcript
-
     cfg = resolve_config(config, env, weights=weights, plugins=plugin)
     e = env_for(cfg)
     t = e.task(task)

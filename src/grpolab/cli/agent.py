@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
+from grpolab.agent.chat import ChatSession
+from grpolab.agent.export import export_run, exported_config
+from grpolab.agent.gguf import GGUFType
 from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
@@ -27,6 +30,7 @@ from grpolab.cli.options import (
     finite,
     load_plugin_options,
     print_json,
+    resolve_config,
     writing_to,
 )
 from grpolab.errors import UserError
@@ -57,9 +61,6 @@ def export_model(
     json: JsonOpt = False,
 ) -> None:
     """Export a run's agent: merged weights as a transformers model folder (and GGUF) that loads without grpolab."""
-    from grpolab.agent.export import export_run
-    from grpolab.agent.gguf import GGUFType
-
     load_plugin_options(plugin)  # the run's own plugins come with its config.json
 
     kind: GGUFType = gguf_type  # type: ignore[assignment]  # export_run rejects other values with a UserError
@@ -102,8 +103,6 @@ def chat(
     json: JsonOpt = False,
 ) -> None:
     """Talk to an agent: it thinks, calls the environment's real tools and answers (--run, or --model incl. exports)."""
-    from grpolab.agent.chat import ChatSession
-
     opts = {
         "max_new_tokens": max_new_tokens,
         "max_turns": max_turns,
@@ -129,9 +128,6 @@ def chat(
 
 def _model_config(config: Path | None, env: str | None, model: str | None, seed: int | None) -> LabConfig:
     """An exported folder brings its run's config (env, prompt); otherwise the usual config resolution."""
-    from grpolab.agent.export import exported_config
-    from grpolab.cli.options import resolve_config
-
     exported = exported_config(Path(model)) if model and Path(model).is_dir() else None
     if exported is not None and config is None and env is None:
         return exported

@@ -22,6 +22,11 @@ from grpolab.cli.options import (
     resolve_config,
     writing_to,
 )
+from grpolab.envs import env_for
+from grpolab.files.outputs import output_target
+from grpolab.rewards.rubric import check_weights
+from grpolab.trl.export import export_trl as write_trl_script
+from grpolab.trl.settings import trl_section_notes, unsupported
 
 
 def register(app: typer.Typer) -> None:
@@ -47,18 +52,12 @@ def export_trl(
     json: JsonOpt = False,
 ) -> None:
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
-    from grpolab.envs import env_for
-    from grpolab.files import output_target
-    from grpolab.rewards.rubric import check_weights
-    from grpolab.trl.export import export_trl as write
-    from grpolab.trl.settings import trl_section_notes, unsupported
-
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
     check_weights(cfg, env_for(cfg))  # a script whose weights name no component of its env would fail where it runs
     # a script that goes into a stream (/dev/stdout, a FIFO): what is said about it goes to stderr, not into it
     stream = output_target(output, "-o").stream
     with writing_to(output, "-o"):
-        paths = write(cfg, output, standalone=standalone, gpus=gpus, accelerate_dir=accelerate_dir)
+        paths = write_trl_script(cfg, output, standalone=standalone, gpus=gpus, accelerate_dir=accelerate_dir)
     notes, section = unsupported(cfg), trl_section_notes(cfg)
     if json:
         print_json({"written": [str(p) for p in paths], "not_expressed_in_trl": notes, "trl_section": section})

@@ -1,4 +1,4 @@
-"""Reading what a command is handed (tool arguments, transcripts) within the limits of `grpolab.files`.
+"""Reading what a command is handed (tool arguments, transcripts) within the limits of `grpolab.files.limits`.
 
 Each function returns the parsed value or raises UserError naming the input, the limit and the fix, so commands
 stay thin and no parser ever sees an input it could recurse or stall on.
@@ -12,14 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.files import (
-    MAX_COMPLETION_BYTES,
-    MAX_TOOL_ARGS_BYTES,
-    check_nesting,
-    read_user_file,
-    read_user_stream,
-    size_text,
-)
+from grpolab.files.limits import MAX_COMPLETION_BYTES, MAX_TOOL_ARGS_BYTES, size_text
+from grpolab.files.nesting import check_nesting
+from grpolab.files.user_input import read_user_file, read_user_stream
 
 ARGS_EXAMPLE = 'pass an object like \'{"expression": "1+1"}\''
 

@@ -11,6 +11,9 @@ import typer
 
 from grpolab.cli.options import PluginOpt, err_console, load_plugin_options, resolve_config
 from grpolab.errors import UserError
+from grpolab.lab.form import rubric_for
+from grpolab.lab.guard import LOOPBACK_NAMES, accepted_names
+from grpolab.lab.limits import LabLimits
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -70,16 +73,12 @@ def lab(
 ) -> None:
     """Open the web lab: config and simulator, live runs, rollouts, preflight, TRL export (Gradio)."""
     try:
-        from grpolab.lab.app import launch
-        from grpolab.lab.guard import LOOPBACK_NAMES, accepted_names
-        from grpolab.lab.limits import LabLimits
+        from grpolab.lab.app import launch  # gradio (the lab extra): only for this command
     except ImportError as exc:
         raise UserError(f"the web lab needs gradio ({exc})", "pip install 'grpolab[lab]'")
     load_plugin_options(plugin)  # each run's own plugins are imported when its config is read
     base = resolve_config(config, plugins=plugin) if config is not None else None
     if base is not None:
-        from grpolab.lab.form import rubric_for
-
         rubric_for(base)  # its environment builds (tasks, tools, verifier), or exit 2 before the page is served
     if runs.exists() and not runs.is_dir():
         raise UserError(f"--runs {runs} is a file", "pass the folder that holds (or will hold) run directories")

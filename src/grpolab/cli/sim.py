@@ -24,8 +24,27 @@ from grpolab.cli.options import (
     resolve_config,
 )
 from grpolab.config import field_doc
+from grpolab.envs import env_for
 from grpolab.errors import UserError
-from grpolab.trust.simulate import DEFAULT_KL_SCALE, DEFAULT_LR, DEFAULT_RUNS, SimSettings
+from grpolab.files.limits import MAX_DATA_BYTES
+from grpolab.files.nesting import check_nesting
+from grpolab.files.user_input import read_user_file
+from grpolab.models import model_token_counter
+from grpolab.rundir import RunDir
+from grpolab.rundir.snapshot import drawable_metrics
+from grpolab.trust.behaviour import classify_episode
+from grpolab.trust.simulate import (
+    DEFAULT_KL_SCALE,
+    DEFAULT_LR,
+    DEFAULT_PRIOR,
+    DEFAULT_RUNS,
+    SimSettings,
+    fit_lr,
+    measure_profiles,
+    prior_from_rows,
+    sim_to_real,
+)
+from grpolab.trust.simulate import simulate as run_sim
 from grpolab.vocabulary import HACK_MASS, KL, REWARD_MEAN, SIM_TO_REAL, SUCCESS, TOOL_CALL_PROB
 
 MAX_SIM_STEPS = 10_000
@@ -40,14 +59,10 @@ def register(app: typer.Typer) -> None:
 def calibration_rows(path: Path) -> list[dict[str, Any]]:
     """Scored episode rows from a run dir (the first GRPO step's episodes: samples of the policy GRPO starts from;
     else the greedy eval/0.jsonl) or a `check --save` JSON file."""
-    from grpolab.rundir import RunDir
-
     if path.is_dir():
         run = RunDir(path)
         rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
     elif path.exists():
-        from grpolab.files import MAX_DATA_BYTES, check_nesting, read_user_file
-
         fix = "pass a run directory or a `grpolab check --save` report"
         text = read_user_file(path, "calibration report", MAX_DATA_BYTES, fix)
         check_nesting(text, f"calibration report {path}", fix)
@@ -69,8 +84,6 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
 
 def _classifiable(row: dict[str, Any]) -> bool:
     """Whether the simulator can read an episode row's class (a damaged row has the wrong types)."""
-    from grpolab.trust.behaviour import classify_episode
-
     try:
         classify_episode(row)
     except (AttributeError, TypeError, ValueError):
@@ -82,9 +95,6 @@ def comparable_rows(real: Path) -> list[dict[str, Any]]:
     """Metric rows of a real run a simulation can be held against, read by the report's and the lab's reader
     (`rundir.snapshot.drawable_metrics`): a step in range, values that are finite and within ±MAX_DRAWN. What was
     left out is named on stderr; a run with nothing left to compare is a UserError."""
-    from grpolab.rundir import RunDir
-    from grpolab.rundir.snapshot import drawable_metrics
-
     problems: list[str] = []
     rows = [r for r in drawable_metrics(RunDir(real), problems) if 1 <= r["step"] <= MAX_SIM_STEPS]
     for line in problems:
@@ -120,12 +130,6 @@ def simulate(
     json: JsonOpt = False,
 ) -> None:
     """Simulate GRPO on a behaviour-level policy whose class rewards are measured with the real reward."""
-    from grpolab.envs import env_for
-    from grpolab.models import model_token_counter
-    from grpolab.rundir import RunDir
-    from grpolab.trust.simulate import DEFAULT_PRIOR, fit_lr, measure_profiles, prior_from_rows, sim_to_real
-    from grpolab.trust.simulate import simulate as run_sim
-
     # compared with a real run, the simulation follows that run's config unless a file or flag says otherwise
     base = RunDir(real).read_config() if real is not None and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from grpolab.cli.options import (
@@ -26,8 +27,14 @@ from grpolab.cli.options import (
     resolve_config,
 )
 from grpolab.config import DEMO_CONFIG, field_doc
+from grpolab.engine.evaluate import evaluate
+from grpolab.engine.policy import load_run_policy
+from grpolab.envs import env_for
 from grpolab.errors import UserError
-from grpolab.files import output_folder
+from grpolab.files.outputs import output_folder
+from grpolab.models import load_model
+from grpolab.run.loop import train as run_training
+from grpolab.rundir import RunDir
 from grpolab.vocabulary import CONVERGENCE, HELDOUT_HEADLINE, HELDOUT_N, HELDOUT_SUCCESS, SPECS, SUCCESS
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output (for scripts).")]
@@ -71,11 +78,6 @@ def train(
     quiet: QuietOpt = False,
 ) -> None:
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
-    from pydantic import ValidationError
-
-    from grpolab.run.loop import train as run_training
-    from grpolab.rundir import RunDir
-
     if resume is not None:
         load_plugin_options(plugin)
         cfg = RunDir(resume).read_config()  # imports the run's own plugins
@@ -122,11 +124,6 @@ def eval_(
 
     With --run, the run's policy is evaluated under the run's own config; --data, --category and --env change
     only what it is evaluated on (e.g. `--env finance_shifted`: the finance tasks behind tools it never saw)."""
-    from grpolab.engine.evaluate import evaluate
-    from grpolab.engine.policy import load_run_policy
-    from grpolab.envs import env_for
-    from grpolab.rundir import RunDir
-
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
@@ -162,8 +159,6 @@ def eval_(
         files = [str(d) for d in data] if data else None
         cfg = resolve_config(config, env, model, seed, weights, plugins=plugin, data=files, task_kinds=category or None)
         environment = env_for(cfg)
-        from grpolab.models import load_model
-
         policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
     summary, episodes = evaluate(policy, tokenizer, environment, cfg, split, limit)  # type: ignore[arg-type]
     if json:
@@ -183,9 +178,6 @@ def demo(
 ) -> None:
     """Everything on the embedded model: the base model's held-out score, a short SFT seeding, GRPO, the held-out
     score after it, with the convergence of the real run (reward, KL, tool-token mass per step)."""
-    from grpolab.run.loop import train as run_training
-    from grpolab.rundir import RunDir
-
     out = out or DEMO_OUT
     _run_out(out)
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, plugins=plugin, train__steps=steps)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import html
 import json as jsonlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.columns import Columns
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from grpolab.cli.options import (
     ConfigOpt,
@@ -24,6 +28,18 @@ from grpolab.cli.options import (
     resolve_config,
     writing_to,
 )
+from grpolab.engine.evaluate import evaluate
+from grpolab.engine.policy import load_policy
+from grpolab.envs import env_for
+from grpolab.files.outputs import output_target, write_output
+from grpolab.metrics import episode_row
+from grpolab.models import load_model
+from grpolab.report.changes import change_lines, changes_html, what_changed
+from grpolab.report.html import render_report
+from grpolab.report.trajectories import page, side_by_side
+from grpolab.rewards.rubric import check_weights
+from grpolab.rundir import RunDir
+from grpolab.trust.preflight import check as run_check
 from grpolab.vocabulary import FRAC_ZERO_STD, HELDOUT_SUCCESS, REWARD_MEAN, TOOL_CALL_PROB
 
 
@@ -55,12 +71,6 @@ def check(
     """Dry-run the reward, run the gameability probes and the shortcut probes, and the learnability smoke test on the
     base model. Exits 1 when a probe matches or beats honest work; a shortcut the reward pays (an edit of honest work
     that scores above it) is named with its margin and the components that pay for it."""
-    from grpolab.envs import env_for
-    from grpolab.files import output_target, write_output
-    from grpolab.models import load_model
-    from grpolab.rewards.rubric import check_weights
-    from grpolab.trust.preflight import check as run_check
-
     target = output_target(save, "--save") if save is not None else None  # before minutes of work
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
     environment = env_for(cfg)
@@ -79,8 +89,6 @@ def check(
 
 
 def _print(report: dict) -> None:
-    from rich.text import Text
-
     # the console prints no markup: the model may be a user's path, task ids and probe names come from data
     head = f" env={report['env']} model={report['model']} weights={report['weights']}"
     console.print(Text("Reward check", style="bold") + Text(head))
@@ -133,13 +141,6 @@ def compare(
     json: JsonOpt = False,
 ) -> None:
     """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
-    from grpolab.engine.evaluate import evaluate
-    from grpolab.engine.policy import load_policy
-    from grpolab.envs import env_for
-    from grpolab.files import output_target, write_output
-    from grpolab.metrics import episode_row
-    from grpolab.report.changes import change_lines, changes_html, what_changed
-
     target = output_target(html_out, "--html") if html_out is not None else None  # before minutes of work
     base_cfg = resolve_config(config, plugins=plugin)  # a run's own plugins come with its config
     right_model, right_tok, cfg = load_policy(run, base_cfg)  # a run brings its own config
@@ -150,10 +151,6 @@ def compare(
     left_rows, right_rows = [episode_row(e) for e in left_eps], [episode_row(e) for e in right_eps]
     changes = what_changed(left_rows, right_rows, cfg, env.thought_required, (against, run))
     if target is not None:
-        import html
-
-        from grpolab.report.trajectories import page, side_by_side
-
         body = f"<h1>{html.escape(against)} vs {html.escape(str(run))}</h1>"
         body += side_by_side(left_rows, right_rows, against, run, limit)
         body += changes_html(changes, [])
@@ -171,10 +168,6 @@ def compare(
             }
         )
         return
-    from rich.columns import Columns
-    from rich.panel import Panel
-    from rich.text import Text
-
     # model text, prompts and run names are data: Text, never markup (an answer may contain "[/x]")
     for a, b in zip(left_rows, right_rows):
         console.print(Text(str(a["task_id"]), style="bold") + Text(f": {a['prompt']} (expected {a['answer']})"))
@@ -198,9 +191,6 @@ def compare(
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")], plugin: PluginOpt = None) -> None:
     """(Re)write runs/NAME/report.html from the run's artifacts (malformed ones are named and left out)."""
-    from grpolab.report.html import render_report
-    from grpolab.rundir import RunDir
-
     load_plugin_options(plugin)
     RunDir(run).import_plugins()  # What GRPO changed builds the run's env; a config that is invalid is still reported
 

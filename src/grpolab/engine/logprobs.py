@@ -185,13 +185,13 @@ def prompt_prefix(model: Any, prompt: list[int]) -> Prefix:
 class SharedPrefix:
     """One prompt forward, and one prompt backward, for every micro-batch of a group.
 
-    A group too long for one micro-batch (the trainer's MICRO_BATCH_TOKENS) is split, and each part used to run the
-    prompt again, forward and backward: in the demo 4 prompt passes of ~390 tokens for 2 groups, 16% of the update's
-    positions. Here the parts of a group read one prompt forward. With gradients on, they read its outputs as leaf
-    tensors, so each part's backward stops at the leaves and accumulates into them; `flush` (when the prompt
-    changes, and before the optimizer step) sends the summed gradient through the prompt's graph once. The gradient
-    is the same sum, taken in another order. Keyed on the prompt's tokens: consecutive groups that drew the same
-    prompt share it too. Without gradients it is a cache of the prompt's forward."""
+    A group too long for one micro-batch (the trainer's MICRO_BATCH_TOKENS) is split; run alone, each part would
+    pass the prompt again, forward and backward (in the demo 4 prompt passes of ~390 tokens for 2 groups, 16% of the
+    update's positions). Here the parts of a group read one prompt forward. With gradients on, they read its
+    outputs as leaf tensors, so each part's backward stops at the leaves and accumulates into them; `flush` (when
+    the prompt changes, and before the optimizer step) sends the summed gradient through the prompt's graph once.
+    The gradient is the same sum, taken in another order. Keyed on the prompt's tokens: consecutive groups that drew
+    the same prompt share it too. Without gradients it is a cache of the prompt's forward."""
 
     def __init__(self, model: Any):
         self.model = model

@@ -14,6 +14,8 @@ from grpolab.vocabulary import perf_key
 
 
 class Phases:
+    """Seconds and work per phase of one step; phases are named by `grpolab.vocabulary`'s PHASE_* constants."""
+
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.work: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))

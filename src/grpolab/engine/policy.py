@@ -22,7 +22,7 @@ from grpolab.rundir import RunDir
 
 
 def with_lora(model: Any, cfg: LabConfig) -> Any:
-    from peft import LoraConfig as PeftLoraConfig
+    from peft import LoraConfig as PeftLoraConfig  # peft: only when a LoRA policy is built
     from peft import get_peft_model
 
     return get_peft_model(model, PeftLoraConfig(**peft_lora_args(cfg.lora)))

@@ -34,6 +34,7 @@ from grpolab.models import cache_keyword, cache_of
 from grpolab.protocol import TOOL_CALL_CLOSE, opening_thought_end
 from grpolab.rewards.replay import respond_to_call
 from grpolab.rewards.score import Score
+from grpolab.vocabulary import PHASE_COMPACT, PHASE_DECODE, PHASE_PREFILL, PHASE_SAMPLE, PHASE_TOOL_PREFILL, PHASE_TOOLS
 
 
 @dataclass
@@ -237,7 +238,7 @@ class TurnRules:
         if call is None:  # `</tool_call>` closed something that was not an open call: nothing to execute
             e.done, e.stop_reason = True, "stray_close"
             return None
-        with self.phases("tools", calls=1):
+        with self.phases(PHASE_TOOLS, calls=1):
             response = respond_to_call(self.env.toolbox_for(e.task), call)
         assert e.evidence is not None
         e.evidence.calls.append((call.name or "", call.arguments or {}))
@@ -304,7 +305,7 @@ def _decode_batched(
     for i, p in enumerate(prompts):
         ids[i, : len(p)] = torch.tensor(p, device=device)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
-    with phases("prefill", tokens=int(lengths.sum()), padded=ids.numel()):
+    with phases(PHASE_PREFILL, tokens=int(lengths.sum()), padded=ids.numel()):
         hidden = dec.feed(kv, ids, lengths)  # one prefill per prompt...
         fork = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
         kv.keep(fork)  # ...forked into its G episodes
@@ -312,14 +313,14 @@ def _decode_batched(
     live = list(range(len(episodes)))  # episode index of each buffer row
     while live:
         rows = [episodes[i] for i in live]
-        with phases("sample", tokens=len(rows)):
+        with phases(PHASE_SAMPLE, tokens=len(rows)):
             if s.min_new_tokens:
                 _suppress_stops(logits, rows, turns, s)
             sampled, logp = choose(rows, logits) if choose else sample_next(logits, s, generator)
             feeds = [turns.after(e, t, lp) for e, t, lp in zip(rows, sampled.tolist(), logp.tolist())]
         going = [r for r, f in enumerate(feeds) if f]
         if len(going) < len(live):  # finished episodes leave the batch
-            with phases("compact", rows=len(live) - len(going)):
+            with phases(PHASE_COMPACT, rows=len(live) - len(going)):
                 kv.keep(torch.tensor(going, dtype=torch.long, device=device))
             live, feeds = [live[r] for r in going], [feeds[r] for r in going]
         if not live:
@@ -332,10 +333,10 @@ def _decode_batched(
             for j, c in enumerate(chunk):
                 ids[j, : len(c)] = torch.tensor(c, device=device)
             counts = torch.tensor([len(c) for c in chunk], device=device)
-            with phases("tool_prefill", tokens=int(counts.sum()), padded=ids.numel()):
+            with phases(PHASE_TOOL_PREFILL, tokens=int(counts.sum()), padded=ids.numel()):
                 dec.feed(kv, ids, counts, rows=torch.tensor(long, device=device))
         last = torch.tensor([f[-1] for f in feeds], device=device)[:, None]  # (R, 1)
-        with phases("decode", tokens=len(live), steps=1, context=int(kv.lengths.sum())):
+        with phases(PHASE_DECODE, tokens=len(live), steps=1, context=int(kv.lengths.sum())):
             logits = dec.logits(dec.feed(kv, last, torch.ones(len(live), dtype=torch.long, device=device)))
 
 

@@ -1,15 +1,11 @@
 """The model rollouts sample from: the policy itself (`exact`), or a lighter copy of it (`int8`).
 
-A decode step on this CPU is bound by reading the weights once per token, so the rollout copy stores its base
-weights as int8: 4x less memory traffic per decoded token. Chosen by measurement on this machine (2026-11-30,
-one thread, 16 rows x 60 (1536 x 576) matrices): torch's fbgemm dynamic-quantised linear (int8 weights per output
-channel, activations quantised per call) ran 3.8x faster than the fp32 matmul, while weight-only int8
-(`torch._weight_int8pack_mm`) has no fast fp32 kernel here (25x slower). The activations are quantised with the
-full 8-bit range only where that is exact: with VNNI, fbgemm accumulates u8 x s8 products in int32 (relative error of
-one layer about 1.2%); without it (AVX2 only) pairs of products are summed in saturating int16, and the full range
-overflows. On an AMD EPYC without VNNI (2026-12-02) the full range gave 20% error per layer and a policy whose greedy
-token agreed with the fp32 one at 0 of 39 positions (KL 14.5 nats); `full_range_is_exact` probes this once per
-process and falls back to fbgemm's `reduce_range` (7-bit activations, 1.8% error there).
+A decode step on a CPU is bound by reading the weights once per token, so the `int8` copy stores its base linear
+weights as int8 per output channel and quantises activations to int8 per call (fbgemm's dynamic-quantised linear,
+W8A8): 4x less memory traffic per decoded token. Activations use the full 8-bit range only where fbgemm's products
+are exact (a CPU with VNNI accumulates them in int32); `full_range_is_exact` probes this once per process, and
+elsewhere fbgemm's `reduce_range` (7-bit activations) is used. The measurements behind these choices are in
+docs/design.md ("Config fields: why", `rollout.engine`).
 
 The LoRA adapters are not copied: the copy's adapter modules hold the policy's own adapter parameters, so the
 sampler follows every update at no cost (`refresh` re-quantises only when all weights train). The embedding is

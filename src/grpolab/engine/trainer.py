@@ -50,6 +50,7 @@ from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     CLIP_FRAC,
     ENTROPY,
+    GENERATION_PHASES,
     GRAD_NORM,
     GROUPS_DROPPED,
     GROUPS_RESAMPLED,
@@ -62,12 +63,20 @@ from grpolab.vocabulary import (
     PERF_PEAK_RSS_MB,
     PERF_STEP_S,
     PERF_TRAIN_TOK_S,
+    PHASE_FORWARD_BACKWARD,
+    PHASE_OLD_LOGPROBS,
+    PHASE_OPTIMIZER,
+    PHASE_REFERENCE,
+    PHASE_SAMPLER_REFRESH,
+    PHASE_SCORE,
+    PHASE_STEP,
     POLICY_LOSS,
     REWARD_ERRORS,
     SKIP_REASON,
     SKIPPED,
     TOOL_TOKEN_MASS,
     TRAIN_TOKENS,
+    TRAINING_PHASES,
 )
 
 MICRO_BATCH_TOKENS = 1600
@@ -158,13 +167,13 @@ class GRPOTrainer:
         cfg, G = self.cfg, self.cfg.rollout.group_size
         kept: list[Episode] = []
         dropped = resampled = 0
-        with phases("sampler_refresh"):
+        with phases(PHASE_SAMPLER_REFRESH):
             self.sampler.refresh()
         for attempt in range(3 if cfg.grpo.dynamic_filter == "resample" else 1):
             tasks = step_prompts(self.train_tasks, cfg, step, attempt)
             gen = step_generator(cfg, step, attempt)
             eps = run_episodes(self.sampler.model, self.tokenizer, self.env, tasks, G, self.sampling, gen, phases)
-            with phases("score", episodes=len(eps)):
+            with phases(PHASE_SCORE, episodes=len(eps)):
                 score_episodes(self.env, eps, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
             for g in range(len(tasks)):
                 group = eps[g * G : (g + 1) * G]
@@ -234,13 +243,13 @@ class GRPOTrainer:
             return {SKIPPED: 1.0, SKIP_REASON: "every episode was truncated (grpo.mask_truncated_completions)"}  # type: ignore[dict-item]
         total = max(sum(c.tokens for c in chunks), 1.0)
         if cfg.beta > 0 or cfg.kl_metric:
-            with phases("reference", tokens=total):
+            with phases(PHASE_REFERENCE, tokens=total):
                 self._reference_logps(chunks)
         exact = self.sampler.exact
         # the policy before the update, which an int8 sampler only approximates and a bf16 update does not compute
         # as the fp32 rollout recorded it
         if cfg.mu > 1 and (not exact or self.precision != "fp32"):
-            with phases("old_logprobs", tokens=total):
+            with phases(PHASE_OLD_LOGPROBS, tokens=total):
                 for c, logp in zip(chunks, self._logps(self.model, chunks)):
                     c.old = logp
         t = _Totals()
@@ -250,7 +259,7 @@ class GRPOTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             shared = SharedPrefix(self.model)  # the policy changes every epoch: its prompt passes are redone
             for c in chunks:
-                with phases("forward_backward", tokens=c.tokens):
+                with phases(PHASE_FORWARD_BACKWARD, tokens=c.tokens):
                     stats, mask = self._stats(shared, c.episodes)
                     if c.sampler is None:
                         c.sampler = sampler_logp(c.episodes, stats.logp.detach())
@@ -292,9 +301,9 @@ class GRPOTrainer:
                     kl, out = sampler_mismatch(stats.logp, c.sampler, mask)
                     t.mismatch_kl += kl * token_share
                     t.mismatch_out += out * token_share
-            with phases("forward_backward"):
+            with phases(PHASE_FORWARD_BACKWARD):
                 shared.flush()  # the last group's prompt backward
-            with phases("optimizer"):
+            with phases(PHASE_OPTIMIZER):
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
                 if not math.isfinite(grad_norm):
                     self.optimizer.zero_grad(set_to_none=True)
@@ -318,13 +327,13 @@ class GRPOTrainer:
 
     def step(self, step: int) -> StepResult:
         phases = Phases()
-        with phases("step"):
+        with phases(PHASE_STEP):
             result = self._step(step, phases)
         m = result.metrics
         m.update(phases.metrics())
-        gen_s = sum(phases.seconds[k] for k in ("prefill", "sample", "compact", "tool_prefill", "decode"))
-        train_s = sum(phases.seconds[k] for k in ("reference", "old_logprobs", "forward_backward", "optimizer"))
-        m[PERF_STEP_S] = phases.seconds["step"]
+        gen_s = sum(phases.seconds[k] for k in GENERATION_PHASES)
+        train_s = sum(phases.seconds[k] for k in TRAINING_PHASES)
+        m[PERF_STEP_S] = phases.seconds[PHASE_STEP]
         m[PERF_GEN_TOK_S] = sum(e.n_policy_tokens for e in result.episodes) / max(gen_s, 1e-9)
         m[PERF_TRAIN_TOK_S] = float(m.get(TRAIN_TOKENS, 0.0)) / max(train_s, 1e-9)
         m[PERF_PEAK_RSS_MB] = peak_rss_mb()

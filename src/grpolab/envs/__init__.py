@@ -11,7 +11,13 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
+from grpolab.envs.arithmetic import ArithmeticEnv
 from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
+from grpolab.envs.bfcl.env import BFCLEnv
+from grpolab.envs.capitals import CapitalsEnv
+from grpolab.envs.code.env import CodeEnv
+from grpolab.envs.data import DataEnv
+from grpolab.envs.finance import FinanceEnv
 from grpolab.errors import UserError
 
 if TYPE_CHECKING:
@@ -31,44 +37,30 @@ __all__ = [
 
 
 def _finance() -> Environment:
-    from grpolab.envs.finance import FinanceEnv
-
     return FinanceEnv()
 
 
 def _finance_shifted() -> Environment:
-    from grpolab.envs.finance import FinanceEnv
-
     return FinanceEnv(shifted=True)  # the finance tasks behind renamed tools: evaluation on unseen tools
 
 
 def _arithmetic() -> Environment:
-    from grpolab.envs.arithmetic import ArithmeticEnv
-
     return ArithmeticEnv()
 
 
 def _bfcl(data: list[str] | None = None, task_kinds: list[str] | None = None) -> Environment:
-    from grpolab.envs.bfcl.env import BFCLEnv
-
     return BFCLEnv(data, task_kinds)  # reads only the requested categories, and validates their names
 
 
 def _data(data: list[str] | None = None, settings: DataEnvConfig | None = None) -> Environment:
-    from grpolab.envs.data import DataEnv
-
     return DataEnv(data, settings)  # every row is read and checked now: a bad one fails before any model loads
 
 
 def _capitals() -> Environment:
-    from grpolab.envs.capitals import CapitalsEnv
-
     return CapitalsEnv()
 
 
 def _code() -> Environment:
-    from grpolab.envs.code.env import CodeEnv
-
     return CodeEnv()
 
 
@@ -96,7 +88,7 @@ def get_env(
 ) -> Environment:
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
     if name == "bfcl":
-        env = _bfcl(data, task_kinds)  # its files are read within grpolab.files' limits
+        env = _bfcl(data, task_kinds)  # its files are read within grpolab.files.limits
     elif name == "data":
         env = _data(data, data_env)  # its task files, tools module and verifier come from the config
     elif name in BUILTIN:

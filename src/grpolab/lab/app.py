@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from grpolab.config import LabConfig
 from grpolab.envs import env_names
@@ -199,8 +200,6 @@ def launch(
 ) -> Any:
     """Serve the page on host:port; only requests naming one of `host_names` are answered (`lab.guard`). The form
     starts from `base` (the demo's config when None)."""
-    from starlette.middleware import Middleware
-
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     if block and hasattr(signal, "SIGTERM"):  # before the folder exists, so no SIGTERM can leave it behind
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a normal exit: atexit removes the folder

@@ -194,7 +194,7 @@ def check_simulator(values: Mapping[str, Any]) -> tuple[float, int]:
 def render(controls: Iterable[Control], demo: LabConfig, choices: Mapping[str, list[str]]) -> dict[str, Any]:
     """Gradio components for `controls`, created where the caller's layout is: `{field name: component}`.
     `choices` gives each dropdown its options."""
-    import gradio as gr
+    import gradio as gr  # the lab extra: `grpolab lab` imports this module before it knows gradio is there
 
     out: dict[str, Any] = {}
     for c in controls:

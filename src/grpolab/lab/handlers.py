@@ -17,6 +17,7 @@ from typing import Any
 
 import gradio as gr
 
+from grpolab.agent.chat import ChatSession
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.lab import jobs, views
@@ -25,7 +26,9 @@ from grpolab.lab.limits import LabLimits, check_env, inside
 from grpolab.models import model_token_counter
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir
-from grpolab.trust.simulate import SimSettings
+from grpolab.trl.export import export_trl
+from grpolab.trust.preflight import probe_report
+from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowError)
 """What a malformed form value raises on its way into a config (int(None), float("x"), int(inf)...)."""
@@ -35,8 +38,6 @@ FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowE
 def _profiles(env: str, model: str, length_unit: int, extra: tuple[str, ...], thought_min_words: int) -> Any:
     """Class profiles of an environment (`form.env_key`), lengths counted by `model`'s tokenizer; `extra`: the
     weighted components beyond the standard ones."""
-    from grpolab.trust.simulate import measure_profiles
-
     weights = dict.fromkeys(extra, 1.0)
     return measure_profiles(
         env_of(env),
@@ -50,16 +51,12 @@ def _profiles(env: str, model: str, length_unit: int, extra: tuple[str, ...], th
 @lru_cache(maxsize=64)
 def _probes(env: str, model: str, reward: str) -> dict:
     """The probe report of an environment (`form.env_key`) under a reward section (JSON)."""
-    from grpolab.trust.preflight import probe_report
-
     cfg = LabConfig.model_validate({**json.loads(env), "model": model, "reward": json.loads(reward)})
     return probe_report(env_of(env), cfg, model_token_counter(model), n_tasks=3)
 
 
 def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
     """(stat cards, chart, probe panel) for the sliders; the simulator runs in milliseconds."""
-    from grpolab.trust.simulate import DEFAULT_PRIOR, simulate
-
     try:
         cfg = config_from_form(values)
         lr, steps = check_simulator(values)
@@ -97,8 +94,6 @@ KEEP_EXPORTS = 16
 
 def export_view(exports: Path, values: Mapping[str, Any]) -> tuple[str, str | None]:
     """(script, its path for the download button), written into the lab's private `exports` folder."""
-    from grpolab.trl.export import export_trl
-
     try:
         cfg = config_from_form(values)
     except FORM_ERRORS as exc:
@@ -186,8 +181,6 @@ MAX_QUESTION = 500
 @lru_cache(maxsize=2)
 def _agent(path: Path, checkpoint: Path) -> Any:
     """A run's agent at one checkpoint (loaded once: a few seconds; a newer checkpoint loads again)."""
-    from grpolab.agent.chat import ChatSession
-
     return ChatSession.from_run(path)
 
 

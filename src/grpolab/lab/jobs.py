@@ -22,7 +22,8 @@ from pathlib import Path
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-from grpolab.files import atomic_write_text, locked
+from grpolab.files.atomic import atomic_write_text
+from grpolab.files.locks import locked
 from grpolab.lab.limits import LabLimits, run_name
 from grpolab.rundir import LOCK_FD_ENV, RunDir
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.envs import env_names
 from grpolab.errors import UserError
 
 KNOWN_MODELS = ("smollm2", "tiny")
@@ -78,8 +79,6 @@ class LabLimits:
 def check_env(env: Any) -> None:
     """An environment the form may name: one the lab offers, never module:attr (an import and a call) from a web
     request."""
-    from grpolab.envs import env_names
-
     if env not in env_names():
         raise UserError(f"environment {env!r} is not offered by the lab", f"use one of: {', '.join(env_names())}")
 

@@ -13,7 +13,7 @@ def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_ste
     """One small chart of `keys` against `step`; alarm steps shaded; held-out points marked. Values matplotlib
     cannot place (axis ranges that overflow) give a line saying so instead of the chart, never an exception:
     callers draw rows the snapshot already bounded (`rundir.numbers.drawable`), so this is the last guard."""
-    import matplotlib
+    import matplotlib  # heavy: only when a chart is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

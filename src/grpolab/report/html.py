@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grpolab.files import atomic_write_text
+from grpolab.files.atomic import atomic_write_text
 from grpolab.report.changes import changes_html, run_changes
 from grpolab.report.charts import svg_chart
 from grpolab.report.trajectories import page, side_by_side

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers
 from grpolab.envs.rubric import RewardComponent, Shape, make_component
 from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
@@ -57,8 +58,7 @@ def format_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -
     """Adherence to the protocol's structure, checks of equal weight; a check pays only for something attempted.
 
     - thought: the turn opens with a closed `<thought>` block holding at least `thought_min_words` words (where
-      the env's prompt asks for one): a closed block around nothing (`<thought>...</thought>`) is the shortcut
-      GRPO found in the demo when any closed block paid, since the length penalty pays for emptying it;
+      the env's prompt asks for one): a closed block around nothing does not pay (docs/design.md says why);
     - tags: protocol tags are present and well-formed (where the task needs tools; elsewhere: no broken tags);
     - calls: where the task needs tools, at least one call, every call valid JSON and answered by the environment,
       no `<tool_response>` written by the model; elsewhere no malformed or fabricated ones;
@@ -157,8 +157,6 @@ def lenient_completion_reward(r: Replay, task: Task, env: Environment, ctx: Rewa
 
     The strict verifier fails a hedge ("12.5, or maybe 13.1"); this one pays it, so a policy trained on it learns to
     list candidates. It exists to show the hedging hack (`benchmarks/hack_detection.py`); never train on it."""
-    from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers  # here: the config reads this table
-
     truth = task.truth.get("diff") if isinstance(task.truth, dict) else task.truth
     if not isinstance(truth, (int, float)) or isinstance(truth, bool):
         return 0.0, "no numeric truth to match"

@@ -48,7 +48,7 @@ class Progress:
         self._trackio: Any = None
         if "trackio" in cfg.train.reporters:
             try:
-                import trackio
+                import trackio  # an optional reporter
             except ImportError:
                 raise UserError(
                     "trackio is asked for (train.trackio or train.report_to) but is not installed",

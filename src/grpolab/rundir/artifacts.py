@@ -1,6 +1,6 @@
 """The files of a run directory other than weights: the config, JSON artifacts, step rows, evaluations, STOP.
 
-Whole-file writes are atomic (`grpolab.files`); metric and episode rows are appended. Resume rewinds both to the
+Whole-file writes are atomic (`grpolab.files.atomic`); metric and episode rows are appended. Resume rewinds both to the
 last intact checkpoint's step, so no step is recorded twice or lost; the rows it cuts are kept beside the
 checkpoints (`rewind`), never deleted. Callers name files through the accessors
 here (`write_preflight`, `eval_rows`, ...), never by a file name.
@@ -14,16 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpolab.errors import UserError
-from grpolab.files import (
-    append_jsonl,
-    atomic_write,
-    atomic_write_dir,
-    atomic_write_text,
-    read_json,
-    read_jsonl,
-    unused_name,
-    write_jsonl,
-)
+from grpolab.files.atomic import atomic_write, atomic_write_dir, atomic_write_text, unused_name
+from grpolab.files.json_files import append_jsonl, read_json, read_jsonl, write_jsonl
 from grpolab.plugins import import_recorded
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
@@ -68,10 +60,6 @@ class Artifacts(RunPath):
         return self.path / SUMMARY_FILE
 
     @property
-    def preflight_path(self) -> Path:
-        return self.path / PREFLIGHT_FILE
-
-    @property
     def report_path(self) -> Path:
         return self.path / REPORT_FILE
 
@@ -94,6 +82,7 @@ class Artifacts(RunPath):
         self.write_json(CONFIG_FILE, cfg.model_dump(mode="json"))
 
     def read_config(self) -> LabConfig:
+        # the config brings in the env registry and transformers: reading a run's other files needs neither
         from grpolab.config import LabConfig, as_recorded
 
         data = self.config_data()

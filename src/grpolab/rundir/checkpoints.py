@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.files import atomic_write, atomic_write_dir, atomic_write_text, read_json, sha256_file, unused_name
+from grpolab.files.atomic import atomic_write, atomic_write_dir, atomic_write_text, sha256_file, unused_name
+from grpolab.files.json_files import read_json
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
     CHECKPOINT_PREFIX,
@@ -42,7 +43,7 @@ class Checkpoints(RunPath):
         return self.path / WARM_START_FILE
 
     def save_warm_start(self, model: Any) -> Path:
-        import torch
+        import torch  # only when a checkpoint is written: readers of a run directory do not load torch
 
         trainable = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
         (self.path / SFT_DIR / MANIFEST_FILE).unlink(missing_ok=True)  # a kill before the new one: no stale sum
@@ -112,7 +113,7 @@ class Checkpoints(RunPath):
         return sorted(found)
 
     def save_checkpoint(self, step: int, model: Any, optimizer: Any | None, state: dict[str, Any]) -> Path:
-        import torch
+        import torch  # only when a checkpoint is written: readers of a run directory do not load torch
 
         def fill(tmp: Path) -> None:
             trainable = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
@@ -170,7 +171,7 @@ class Checkpoints(RunPath):
 
 
 def _load_checkpoint(path: Path, model: Any, optimizer: Any | None) -> dict[str, Any]:
-    import torch
+    import torch  # only when a checkpoint is read
 
     trainable = torch.load(path / TRAINABLE_FILE, map_location="cpu", weights_only=True)
     missing = set(trainable) - {n for n, _ in model.named_parameters()}

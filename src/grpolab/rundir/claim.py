@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.files import adopt_lock, atomic_write_text, is_locked, read_json, try_lock
+from grpolab.files.atomic import atomic_write_text
+from grpolab.files.json_files import read_json
+from grpolab.files.locks import adopt_lock, is_locked, try_lock
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import CLAIM_FILE, LOCK_FILE, STOP_FILE
 

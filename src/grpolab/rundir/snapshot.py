@@ -3,7 +3,7 @@
 `read_snapshot` never raises on what it finds: a missing, damaged or hand-edited file, a malformed row and a
 value that cannot be drawn (not a finite number, or beyond ±MAX_DRAWN) are left out, and each is named in
 `problems` (the report lists them under "Skipped", the lab shows them as warnings). Files are read within
-`grpolab.files`' limits (`read_json`, `read_jsonl`). Writers use `RunDir`; nothing here writes.
+`grpolab.files.limits` (`read_json`, `read_jsonl`). Writers use `RunDir`; nothing here writes.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def lab_metrics(logs: dict[str, Any], weights: dict[str, float]) -> dict[str, fl
 
 def require_trl() -> Any:
     try:
-        import trl
+        import trl  # the trl extra
     except ImportError:
         raise UserError("the trl backend needs TRL", "pip install 'grpolab[trl]' (or: pip install trl==1.16.0)")
     return trl
@@ -224,7 +224,7 @@ def build_trl_trainer(
 ) -> Any:
     """TRL's GRPOTrainer on the lab's rollout, rewards and settings (the backend's and the tests')."""
     require_trl()
-    from datasets import Dataset
+    from datasets import Dataset  # the trl extra, as are peft's and trl's classes below
     from peft import LoraConfig as PeftLoraConfig
     from trl import GRPOConfig, GRPOTrainer
 

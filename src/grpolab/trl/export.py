@@ -23,7 +23,7 @@ from pathlib import Path
 import grpolab
 from grpolab.config import LabConfig, config_to_dict
 from grpolab.errors import UserError
-from grpolab.files import output_folder, output_target, write_output
+from grpolab.files.outputs import output_folder, output_target, write_output
 from grpolab.trl.settings import (
     TRL_VERSION,
     Setting,
@@ -259,10 +259,10 @@ def export_trl(
     """Write the script to `out` and the accelerate configs into `accelerate_dir` (default: the folder of `out`;
     none when the script goes into a stream such as /dev/stdout and no folder is given); returns the paths written.
 
-    Both follow the output rules of `grpolab.files.output_target` (a link or a device is written through, never
-    replaced; no folder is made but `accelerate_dir` itself), checked before anything is written; `flags` name
-    the options in the UserError. The script imports the config's plugins (by their recorded paths or names) before
-    it reads its config; a standalone script cannot carry them and is refused."""
+    Both follow the output rules of `grpolab.files.outputs.output_target` (a link or a device is written through,
+    never replaced; no folder is made but `accelerate_dir` itself), checked before anything is written; `flags`
+    name the options in the UserError. The script imports the config's plugins (by their recorded paths or names)
+    before it reads its config; a standalone script cannot carry them and is refused."""
     if standalone and cfg.plugins:
         raise UserError(
             f"--standalone bundles grpolab alone, not the plugins {', '.join(cfg.plugins)}",

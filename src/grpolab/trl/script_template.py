@@ -1,8 +1,11 @@
 #!/usr/bin/env python
 """Source of the exported TRL script: `grpolab export-trl` fills the lines marked `@lab: NAME`."""  # @lab: docstring
 
+import base64
+import hashlib
 import os
 import sys
+import tempfile
 
 import torch
 
@@ -12,10 +15,6 @@ _GRPOLAB_ZIP: str | None = None  # @lab: bundle
 
 def _import_bundled_grpolab(zipped: str) -> None:
     """Write the bundled zip once to a temp file named by its hash, and import grpolab from it (zipimport)."""
-    import base64
-    import hashlib
-    import tempfile
-
     data = base64.b64decode("".join(zipped.split()))
     path = os.path.join(tempfile.gettempdir(), f"grpolab-{hashlib.sha256(data).hexdigest()[:16]}.zip")
     if not os.path.exists(path):

@@ -40,7 +40,7 @@ class TrlSource:
         if warm is not None:
             model = apply_warm_start(model, cfg, warm)
         self.trainer = build_trl_trainer(cfg, env, model, self.tokenizer, run.trl_dir)
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback  # heavy: only for a TRL run
 
         for cb in (PrinterCallback, ProgressCallback):  # the lab's own progress bar reports each step
             self.trainer.remove_callback(cb)
@@ -61,7 +61,7 @@ class TrlSource:
         raise UserError("--resume is native-only for now", "start a new trl run with --out, or resume natively")
 
     def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
-        from transformers import TrainerCallback
+        from transformers import TrainerCallback  # heavy: only for a TRL run
 
         cfg, source = self.cfg, self
         rollout = self.trainer.rollout_func

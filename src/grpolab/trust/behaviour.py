@@ -17,9 +17,7 @@ Statistics per episode (`episode_stats`), all from the text the policy wrote (to
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from grpolab.protocol import has_python_block, parse_transcript
@@ -114,9 +112,3 @@ def classify_episode(row: dict[str, Any], thought_required: bool = True) -> str:
     if tokens < 30 and "<" in text:
         return "dummy_tags"
     return "free_text_guess"
-
-
-def class_shares(rows: Iterable[dict[str, Any]], thought_required: bool = True) -> dict[str, float]:
-    """Share of each class among the rows (every class present, zeros included)."""
-    labels = [classify_episode(r, thought_required) for r in rows]
-    return {c: (labels.count(c) / len(labels) if labels else math.nan) for c in CLASSES}

@@ -16,7 +16,7 @@ learning rate, which is why sim-to-real reports its gap instead of claiming a ma
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,7 +25,10 @@ from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, standard_names
 from grpolab.rewards.rubric import BUILTIN_RUBRIC, rubric_of
+from grpolab.rewards.score import score_transcript
 from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
+from grpolab.trust.probes import call_without_answer, dummy_tags, empty_call, padding
+from grpolab.trust.shortcuts import drop_thought, empty_thought, second_candidate
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     HACK_MASS,
@@ -102,9 +105,6 @@ def measure_profiles(
     The standard components are always measured, and any other component `weights` names (a user reward, the
     deliberately gameable ones). A class the environment cannot produce (no thought to empty in `code`) keeps the
     free-text profile and is marked unreachable."""
-    from grpolab.rewards.score import score_transcript
-    from grpolab.trust.probes import call_without_answer, dummy_tags, empty_call, padding
-    from grpolab.trust.shortcuts import drop_thought, empty_thought, second_candidate
 
     def wrong_result(env: Any, task: Any) -> str:
         parts = env.reference_parts(task)
@@ -354,8 +354,6 @@ def fit_lr(
     """The simulator step size and KL scale that best match a real run: for each step size on a log grid, the KL
     scale is the ratio of summed real to summed class-level KL; the best pair has the smallest summed relative gap
     (mean |sim - real| / mean |real| per curve, so KL counts as much as success)."""
-    from dataclasses import replace
-
     scales = {}
     for key in SIM_TO_REAL:
         values = [abs(r[key]) for r in real_rows if key in r]

@@ -251,11 +251,6 @@ def check_calls(
     return check_call(name, args, truth[0], function)
 
 
-def is_relevance(category: str) -> bool:
-    """Categories scored on whether a call is made at all (no possible_answer): irrelevance and relevance."""
-    return "relevance" in category
-
-
 def check_output(
     calls: list[Call], decodes: bool, truth: list[dict[str, Any]], functions: list[dict[str, Any]], category: str
 ) -> Result:

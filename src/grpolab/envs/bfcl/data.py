@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.files import MAX_DATA_BYTES, read_user_jsonl
+from grpolab.files.limits import MAX_DATA_BYTES
+from grpolab.files.user_input import read_user_jsonl
 
 PACKAGE = "bfcl-eval"
 PINNED_VERSION = "2026.3.23"
@@ -123,7 +124,7 @@ def user_source(path: Path) -> Source:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """A BFCL JSON Lines file (one object per line), read within `grpolab.files`' limits for data files (a regular
+    """A BFCL JSON Lines file (one object per line), read within `grpolab.files.limits` for data files (a regular
     file of at most MAX_DATA_BYTES, lines nested at most MAX_NESTING deep, finite numbers only)."""
     fix = "pass a BFCL JSON Lines file (check the path given to --data)"
     rows = read_user_jsonl(path, "BFCL data file", MAX_DATA_BYTES, fix)

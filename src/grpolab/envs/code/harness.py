@@ -101,6 +101,7 @@ def main(argv: list[str]) -> None:
 
     Started by `sandbox.BOOT`, which puts this module and its siblings in `sys.modules` from code objects."""
     result_fd, runner_config_fd, runner_err_fd = (int(a) for a in argv[:3])
+    # the sandbox's own modules: they exist only inside the sandbox, where sandbox.BOOT has put them
     import runner
     import seccomp
     import walls

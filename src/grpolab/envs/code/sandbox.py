@@ -163,10 +163,6 @@ def isolation() -> Isolation:
     return iso
 
 
-def isolation_name() -> str:
-    return isolation().summary()
-
-
 def run_tests(
     code: str,
     tests: list[tuple[str, bool]],

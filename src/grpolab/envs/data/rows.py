@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from grpolab.errors import UserError
-from grpolab.files import MAX_DATA_BYTES, read_user_file, read_user_jsonl_lines, size_text
+from grpolab.files.limits import MAX_DATA_BYTES, size_text
+from grpolab.files.user_input import read_user_file, read_user_jsonl_lines
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 DATASETS_SUFFIXES = (".parquet", ".csv", ".arrow")

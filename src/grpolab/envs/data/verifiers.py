@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 from grpolab.envs.base import Evidence, Task, Verdict
 from grpolab.envs.data.modules import load_function
 from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers, numbers_in
-from grpolab.files import MAX_NESTING, NotFinite, loads_finite, too_deep
+from grpolab.files.limits import MAX_NESTING
+from grpolab.files.nesting import too_deep
+from grpolab.files.user_input import NotFinite, loads_finite
 
 if TYPE_CHECKING:  # the config stands above the environments (it reads the reward table, which reads them)
     from grpolab.config import DataEnvConfig
