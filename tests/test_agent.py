@@ -23,7 +23,7 @@ from grpolab.formats import checked_format, stop_token_ids
 from grpolab.models import load_model
 from grpolab.protocol import parse_call, render_tool_response
 from grpolab.rewards.components import register_reward, unregister_reward
-from grpolab.rewards.replay import respond_to_call
+from grpolab.rewards.replay import call_result
 from grpolab.run.loop import train
 from tests.test_formats import HERMES, LLAMA3
 
@@ -229,7 +229,7 @@ def test_chat_runs_the_real_tools_and_reports_each_step(tok, finance, fmt, templ
 def test_chat_survives_malformed_calls_and_stops_at_the_limits(tok, arithmetic):
     enc = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
     bad = "<tool_call>{nope</tool_call>"
-    error = respond_to_call(arithmetic.toolbox, parse_call("{nope"))
+    error = call_result(arithmetic.toolbox, parse_call("{nope")).response
     script = enc(bad) + enc(render_tool_response(error)) + enc("<thought>[bold]x</thought>") + enc(bad) + [0] * 50
     events = list(scripted_session(tok, arithmetic, script, max_turns=1, max_new_tokens=400).send("hi"))
     assert [e.kind for e in events] == ["tool_call", "tool_response", "thought", "tool_call", "error", "answer"]

@@ -37,7 +37,7 @@ from grpolab.config import LabConfig, RolloutConfig
 from grpolab.engine.policy import load_run_policy
 from grpolab.engine.rollout import Episode, SamplingSettings, TurnRules, sample_next
 from grpolab.envs import env_for
-from grpolab.envs.base import Environment, Task, question_task
+from grpolab.envs.base import Environment, EpisodeState, Task, question_task
 from grpolab.errors import UserError
 from grpolab.models import cache_keyword, cache_of, load_model
 from grpolab.protocol import parse_transcript, response_json
@@ -152,6 +152,8 @@ class ChatSession:
         self._turns = self._rules()  # built here too, so a bad chat template is refused before any question
         self.history: list[dict[str, str]] = []
         self.last_transcript = ""
+        self._state: EpisodeState | None = None
+        """A stateful environment's tools and state, made at the first question and kept for the conversation."""
         self._generator = torch.Generator().manual_seed(self.settings.seed)
         config = getattr(model, "config", None)
         self._context = getattr(config, "max_position_embeddings", None) or 1 << 62
@@ -192,7 +194,9 @@ class ChatSession:
         """Run one episode for `question`, yielding events as they happen; the last one is always `answer`."""
         self._turns = self._rules()  # settings may have changed since the last question
         task = question_task(question)
-        e = Episode(task, 0, self._prompt_ids(task))
+        if self.env.stateful and self._state is None:  # one state for the conversation: a cart outlives a question
+            self._state = self.env.start_episode(task)
+        e = Episode(task, 0, self._prompt_ids(task), episode_state=self._state)
         shown, s = _Shown(), self._turns.s
         device = next(self.model.parameters()).device
         feed, cache, fed = e.prompt_ids, None, 0

@@ -28,12 +28,13 @@ from torch import Tensor
 from grpolab.config import LabConfig
 from grpolab.engine.decoder import FastDecoder, supports
 from grpolab.engine.phases import NO_PHASES, Phases
-from grpolab.envs.base import Environment, Evidence, Task
+from grpolab.envs.base import Environment, EpisodeState, Evidence, Task
 from grpolab.formats import InlineFormat, episode_format
 from grpolab.models import cache_keyword, cache_of
 from grpolab.protocol import TOOL_CALL_CLOSE, opening_thought_end
-from grpolab.rewards.replay import respond_to_call
+from grpolab.rewards.replay import Recording, call_result
 from grpolab.rewards.score import Score
+from grpolab.tools import ToolBox, ToolResult
 from grpolab.vocabulary import PHASE_COMPACT, PHASE_DECODE, PHASE_PREFILL, PHASE_SAMPLE, PHASE_TOOL_PREFILL, PHASE_TOOLS
 
 
@@ -64,10 +65,30 @@ class Episode:
     """Finished assistant turns and tool results, for chat-template episodes (`grpolab.formats`)."""
     evidence: Evidence | None = None
     """The prompt and the calls executed so far with their responses (what `env.answer_end` reads)."""
+    episode_state: EpisodeState | None = None
+    """A stateful environment's tools and state for this episode alone (`Environment.start_episode`)."""
+    results: list[ToolResult] = field(default_factory=list)
+    """What each executed call gave, in order: the responses inserted into the transcript (mask 0)."""
 
     def __post_init__(self) -> None:
         if self.evidence is None:
-            self.evidence = Evidence(prompt=self.task.prompt, calls=[], responses=[])
+            state = self.episode_state.state if self.episode_state is not None else None
+            self.evidence = Evidence(prompt=self.task.prompt, calls=[], responses=[], state=state)
+
+    def toolbox(self, env: Environment) -> ToolBox:
+        """The tools this episode's calls run on: its own in a stateful environment, else the task's."""
+        return self.episode_state.toolbox if self.episode_state is not None else env.toolbox_for(self.task)
+
+    def recording(self) -> Recording:
+        """The tool traffic as it ran, what scoring checks the transcript's responses against."""
+        if self.episode_state is None:
+            return Recording(list(self.results))
+        return Recording(list(self.results), self.episode_state.state, self.episode_state.toolbox)
+
+    def close(self) -> None:
+        """Release the episode's own state (a stateful environment's temporary files); idempotent."""
+        if self.episode_state is not None:
+            self.episode_state.close()
 
     @property
     def n_policy_tokens(self) -> int:
@@ -239,7 +260,9 @@ class TurnRules:
             e.done, e.stop_reason = True, "stray_close"
             return None
         with self.phases(PHASE_TOOLS, calls=1):
-            response = respond_to_call(self.env.toolbox_for(e.task), call)
+            result = call_result(e.toolbox(self.env), call)
+        e.results.append(result)
+        response = result.response
         assert e.evidence is not None
         e.evidence.calls.append((call.name or "", call.arguments or {}))
         e.evidence.responses.append((call.name or "", response))
@@ -276,12 +299,20 @@ def run_episodes(
     decoding (teacher forcing a known transcript through the engine, as the tests do) passes its own."""
     turns = TurnRules(tokenizer, env, s, phases)
     prompts = [turns.fmt.prompt_ids(env, t) for t in tasks]
-    episodes = [Episode(t, g, p) for g, (t, p) in enumerate(zip(tasks, prompts)) for _ in range(group_size)]
-    if supports(model):
-        _decode_batched(FastDecoder(model), episodes, prompts, group_size, turns, s, generator, phases, choose)
-    else:
+    episodes: list[Episode] = []
+    try:
+        for g, (t, p) in enumerate(zip(tasks, prompts)):
+            for _ in range(group_size):  # a stateful environment: every episode its own tools and state
+                episodes.append(Episode(t, g, p, episode_state=env.start_episode(t) if env.stateful else None))
+        if supports(model):
+            _decode_batched(FastDecoder(model), episodes, prompts, group_size, turns, s, generator, phases, choose)
+        else:
+            for e in episodes:
+                _decode_one(model, e, turns, s, generator, choose)
+    except BaseException:
         for e in episodes:
-            _decode_one(model, e, turns, s, generator, choose)
+            e.close()
+        raise
     for e in episodes:
         e.text = turns.fmt.transcript(e)
     return episodes

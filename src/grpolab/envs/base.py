@@ -6,6 +6,7 @@ entry point; see `grpolab.envs.get_env`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from grpolab.protocol import (
     render_tool_response,
     thought_instruction,
 )
-from grpolab.tools import ToolBox
+from grpolab.tools import Tool, ToolBox
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[Split, ...] = ("train", "heldout")
@@ -58,6 +59,52 @@ class Evidence:
     """Executed calls (name, arguments), in order."""
     responses: list[tuple[str, dict[str, Any]]]
     """Real responses (tool name, response), in order."""
+    state: Any = None
+    """The episode's own state after these calls (`EpisodeState.state`), for a verifier that checks what the
+    agent changed; None in an environment without state."""
+
+
+class EpisodeState:
+    """One episode's own tools and state: what a stateful environment's `start_episode` returns.
+
+    `tools` are bound to this episode's state (a cart, a database copy). They run in this process on a thread of
+    their own with their timeout (`Tool(isolate=False)`), so their state lives from one call to the next; each
+    episode has its own, so nothing one episode does reaches another. `state` is what the verifier reads at the end
+    (`Evidence.state`); `close` (if given) runs once when the episode has been scored, to remove what it made
+    (a temporary directory, a connection). `in_process=False` keeps the tools as given (how a stateless
+    environment shares its toolbox).
+    """
+
+    def __init__(
+        self,
+        tools: ToolBox | list[Any],
+        state: Any = None,
+        close: Callable[[], None] | None = None,
+        in_process: bool = True,
+    ) -> None:
+        if in_process:
+            items = list(tools.tools.values()) if isinstance(tools, ToolBox) else list(tools)
+            tools = ToolBox([_in_process(t) for t in items])
+        elif not isinstance(tools, ToolBox):
+            tools = ToolBox(list(tools))
+        self.toolbox: ToolBox = tools
+        self.state = state
+        self._close = close
+
+    def close(self) -> None:
+        """Release what the episode made (once; later calls do nothing)."""
+        close, self._close = self._close, None
+        if close is not None:
+            close()
+
+
+def _in_process(tool: Any) -> Any:
+    """A tool that keeps its state between calls: a function becomes a `Tool` run on a thread in this process."""
+    if isinstance(tool, Tool):
+        if tool.isolate:
+            tool = Tool(tool.fn, tool.timeout_s, isolate=False)
+        return tool
+    return tool if hasattr(tool, "run") else Tool(tool, isolate=False)
 
 
 @dataclass
@@ -81,6 +128,13 @@ class Environment:
     thought_required: bool = True
     """The prompt asks every turn to open with a <thought> block, and the format reward checks that it does."""
     thought_tag: str = THOUGHT_TAG
+    stateful: bool = False
+    """Each episode gets its own tools and state (`start_episode`), and is scored from the tool traffic recorded
+    while it ran, not by running its calls again (docs/agent.md, "Tools with state")."""
+    deterministic_tools: bool = True
+    """The same call always gets the same response, so scoring may run a transcript's calls again to check them
+    (all the built-ins). False (a tool that returns a fresh id, a clock, a live search): episodes are scored from
+    their recorded traffic, as in a stateful environment."""
     """The tag the prompt asks thoughts in and references write them with; the episode format sets the model's own
     (`<think>` for a model whose chat template has it: `grpolab.formats.thought_tag_of`). Scoring reads either."""
 
@@ -97,9 +151,28 @@ class Environment:
         """How model-written code is isolated, for environments that run it (None: this one runs none)."""
         return None
 
+    @property
+    def scores_recorded_traffic(self) -> bool:
+        """Whether an episode's tool responses are checked against what the rollout recorded (stateful or
+        non-deterministic tools) rather than by running its calls again (replay)."""
+        return self.stateful or not self.deterministic_tools
+
     def toolbox_for(self, task: Task) -> ToolBox:
-        """The tools offered with this task (the same for every task in most environments)."""
-        return self.toolbox
+        """The tools offered with this task (the same for every task in most environments). A stateful environment
+        without a `toolbox` of its own offers the tools of a fresh episode (their schemas are what is read)."""
+        toolbox = getattr(self, "toolbox", None)
+        if toolbox is None and self.stateful:
+            episode = self.start_episode(task)
+            episode.close()
+            return episode.toolbox
+        return toolbox
+
+    def start_episode(self, task: Task) -> EpisodeState:
+        """A new episode's tools and state. Stateless environments share one toolbox (the default); a stateful one
+        overrides this to give each episode its own (`EpisodeState`)."""
+        if self.stateful:
+            raise NotImplementedError(f"{type(self).__name__} is stateful but defines no start_episode(task)")
+        return EpisodeState(self.toolbox_for(task), in_process=False)  # the tools as they are: isolation kept
 
     def answer_end(self, answer: str, evidence: Evidence) -> int | None:
         """Where the final answer ends in `answer` (the policy's text after a tool response, its thought left out),
@@ -158,13 +231,18 @@ class Environment:
         """The reference solution as (text, written_by_policy) pieces; tool responses are the environment's."""
         policy = render_thought(task.reference_thought, self.thought_tag) if task.reference_thought else ""
         parts: list[tuple[str, bool]] = []
-        for name, arguments in task.reference_calls:
-            if not self.executes_tools:
-                policy += render_tool_call(name, arguments) + "\n"
-                continue
-            parts.append((policy + render_tool_call(name, arguments), True))
-            parts.append((render_tool_response(self.toolbox_for(task).execute(name, arguments)), False))
-            policy = ""
+        episode = self.start_episode(task) if self.executes_tools and task.reference_calls else None
+        try:
+            for name, arguments in task.reference_calls:
+                if episode is None:
+                    policy += render_tool_call(name, arguments) + "\n"
+                    continue
+                parts.append((policy + render_tool_call(name, arguments), True))
+                parts.append((render_tool_response(episode.toolbox.execute(name, arguments)), False))
+                policy = ""
+        finally:
+            if episode is not None:
+                episode.close()
         parts.append((policy + task.reference_answer, True))
         return parts
 

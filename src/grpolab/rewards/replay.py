@@ -1,7 +1,13 @@
-"""A transcript re-executed against the environment's real tools: what the reward components look at.
+"""A transcript checked against the environment's real tool traffic: what the reward components look at.
 
-Scoring works on text, so a dry-run and training can never disagree: the transcript's tool calls are executed again
-in order, and a `<tool_response>` that differs from the real one (or answers no call) is a fabrication. A call is
+Two kinds of evidence, one parser. An episode the rollout generated carries its recording: each response the
+environment inserted (the text with mask 0, in order) and the episode's state. Where the environment says its tools
+have state or answer differently each time (`Environment.scores_recorded_traffic`), scoring reads that record: a
+`<tool_response>` must be the one the environment inserted there, so a tool that answered differently the second
+time is not a fabrication and a response the model wrote itself still is. Everywhere else (text given to `reward
+score`, probes, the built-in environments, whose tools are deterministic) the transcript's calls are executed again
+in order, on a fresh episode of a stateful environment, and a `<tool_response>` that differs from the real one (or
+answers no call) is a fabrication. A call is
 run when its response is read (a call nobody answered costs nothing), and at most `MAX_REPLAYED_CALLS` per
 transcript: the response to a call past the cap cannot be checked, so it counts as fabricated, and the call earns
 no schema credit; the reasons say so. Nor does a call that timed out: a policy must not be paid for calls that
@@ -13,21 +19,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpolab.envs.base import Environment, Evidence, Task
+from grpolab.envs.base import Environment, EpisodeState, Evidence, Task
 from grpolab.protocol import ParsedTranscript, ToolCall, parse_transcript, response_json
 from grpolab.rewards.components import MAX_REPLAYED_CALLS, PAST_REPLAY_CAP
 from grpolab.tools import ToolBox, ToolResult
 
 
-def respond_to_call(toolbox: ToolBox, call: ToolCall) -> dict[str, Any]:
-    """The response the environment gives a call: the tool's output, or an error for a malformed call."""
-    return _call_result(toolbox, call).response
-
-
-def _call_result(toolbox: ToolBox, call: ToolCall) -> ToolResult:
+def call_result(toolbox: ToolBox, call: ToolCall) -> ToolResult:
+    """What the environment gives a call (the tool's output, or an error for a malformed call), and whether it
+    timed out."""
     if not call.ok:
         return ToolResult({"error": call.error})
     return toolbox.call(call.name, call.arguments)
+
+
+@dataclass
+class Recording:
+    """One episode's tool traffic as it ran: the results whose responses the environment inserted into the
+    transcript (provenance: mask 0), in order, and the episode's state after them."""
+
+    results: list[ToolResult] = field(default_factory=list)
+    state: Any = None
+    toolbox: ToolBox | None = None
+    """The episode's tools (their schemas judge the calls); None: the task's."""
 
 
 @dataclass
@@ -48,14 +62,31 @@ class Replay:
     evidence: Evidence | None = None
     generated_text: str = ""
     """The model's own text (everything except tool_response blocks), what the length reward counts."""
+    episode: EpisodeState | None = None
+    """The fresh episode a stateful environment's calls were run again in (closed once scored)."""
+
+    def close(self) -> None:
+        if self.episode is not None:
+            self.episode.close()
 
 
-def replay(env: Environment, task: Task, text: str) -> Replay:
-    """Parse `text` and execute its answered calls in order against the task's tools (at most MAX_REPLAYED_CALLS)."""
+def replay(env: Environment, task: Task, text: str, recording: Recording | None = None) -> Replay:
+    """Parse `text` and check its tool responses: against `recording` when given (what the rollout recorded),
+    otherwise by executing its answered calls in order against the task's tools (at most MAX_REPLAYED_CALLS), in a
+    fresh episode of a stateful environment (the caller closes it: `Replay.close`)."""
     parsed = parse_transcript(text)
     out = Replay(parsed=parsed)
-    toolbox = env.toolbox_for(task)
-    evidence = Evidence(prompt=task.prompt, calls=[], responses=[])
+    if recording is None and env.stateful:
+        out.episode = env.start_episode(task)
+    toolbox = (
+        out.episode.toolbox
+        if out.episode is not None
+        else recording.toolbox
+        if recording is not None and recording.toolbox is not None
+        else env.toolbox_for(task)
+    )
+    state = recording.state if recording is not None else out.episode.state if out.episode is not None else None
+    evidence = Evidence(prompt=task.prompt, calls=[], responses=[], state=state)
     pending: ToolCall | None = None
     generated: list[str] = []
     not_credited: dict[int, str] = {}  # call index -> why it earns no schema credit though its arguments are valid
@@ -63,6 +94,8 @@ def replay(env: Environment, task: Task, text: str) -> Replay:
         if seg.kind == "tool_response":
             if pending is None:
                 out.fabricated.append("a <tool_response> that answers no call")
+            elif recording is not None:
+                _check_recorded(out, evidence, pending, seg.text, recording, not_credited)
             elif len(out.real_responses) >= MAX_REPLAYED_CALLS:
                 out.unreplayed_calls += 1
                 not_credited[len(out.calls) - 1] = PAST_REPLAY_CAP
@@ -71,7 +104,7 @@ def replay(env: Environment, task: Task, text: str) -> Replay:
                     f"{MAX_REPLAYED_CALLS} calls per transcript (the replay cap)"
                 )
             else:
-                call, result = pending, _call_result(toolbox, pending)
+                call, result = pending, call_result(toolbox, pending)
                 out.real_responses.append(result.response)
                 if result.timed_out:
                     not_credited[len(out.calls) - 1] = f"{result.response['error']}: no credit for a timed-out call"
@@ -98,6 +131,25 @@ def replay(env: Environment, task: Task, text: str) -> Replay:
     out.evidence = evidence
     out.generated_text = "".join(generated)
     return out
+
+
+def _check_recorded(
+    out: Replay, evidence: Evidence, call: ToolCall, text: str, recording: Recording, not_credited: dict[int, str]
+) -> None:
+    """A `<tool_response>` answering `call`, checked against the response the environment inserted there."""
+    k = len(out.real_responses)
+    if k >= len(recording.results):
+        out.fabricated.append(f"a response to {call.name or 'a malformed call'} the environment did not insert")
+        return
+    result = recording.results[k]
+    out.real_responses.append(result.response)
+    if result.timed_out:
+        not_credited[len(out.calls) - 1] = f"{result.response.get('error')}: no credit for a timed-out call"
+    if response_json(text) != result.response:
+        out.fabricated.append(f"response to {call.name or 'a malformed call'} differs from the one recorded")
+    else:
+        evidence.calls.append((call.name or "", call.arguments or {}))
+        evidence.responses.append((call.name or "", result.response))
 
 
 def _segment_source(kind: str, body: str, closed: bool) -> str:

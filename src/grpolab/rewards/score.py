@@ -14,7 +14,7 @@ from typing import Any
 
 from grpolab.envs.base import Environment, Task
 from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, RewardComponent, RewardContext
-from grpolab.rewards.replay import Replay, replay
+from grpolab.rewards.replay import Recording, Replay, replay
 from grpolab.rewards.rubric import DEFAULT_RUBRIC, rubric_of
 
 
@@ -104,14 +104,36 @@ def score_transcripts(
     length_unit: int = DEFAULT_LENGTH_UNIT,
     count_tokens: Callable[[str], int] | None = None,
     thought_min_words: int = THOUGHT_MIN_WORDS,
+    recordings: list[Recording | None] | None = None,
 ) -> list[Score]:
     """Score (task, transcript, policy tokens or None) items under the environment's rubric: grpolab-shaped
     components one transcript at a time, TRL-shaped ones in one call over all of them. Weights are checked against
-    the rubric (an unknown name is a UserError) and default to its default weights."""
+    the rubric (an unknown name is a UserError) and default to its default weights. `recordings` (one per item, or
+    None) are the episodes' recorded tool traffic, checked instead of running the calls again."""
     rubric = rubric_of(env)
     weights = rubric.resolve(dict(rubric.default_weights() if weights is None else weights))
+    recordings = recordings or [None] * len(items)
+    replays: list[Replay] = []
+    try:
+        for (task, text, _), recording in zip(items, recordings):
+            replays.append(replay(env, task, text, recording))
+        return _score_replays(env, items, replays, weights, length_unit, count_tokens, thought_min_words)
+    finally:
+        for r in replays:  # a stateful environment's fresh episodes, once every component has read them
+            r.close()
+
+
+def _score_replays(
+    env: Environment,
+    items: list[tuple[Task, str, int | None]],
+    replays: list[Replay],
+    weights: dict[str, float],
+    length_unit: int,
+    count_tokens: Callable[[str], int] | None,
+    thought_min_words: int,
+) -> list[Score]:
+    rubric = rubric_of(env)
     components = rubric.components
-    replays = [replay(env, task, text) for task, text, _ in items]
     contexts = []
     for r, (_, _, gen_tokens) in zip(replays, items):
         if gen_tokens is None:
@@ -199,7 +221,15 @@ def score_episodes(
     thought_min_words: int = THOUGHT_MIN_WORDS,
 ) -> None:
     """Score generated episodes in place (`episode.score`), counting their policy tokens as generated; TRL-shaped
-    components see them all in one batch."""
+    components see them all in one batch. An environment with state or non-deterministic tools is scored from
+    each episode's recorded tool traffic (`Episode.recording`), and its episodes are closed once scored."""
     items = [(e.task, e.text, e.n_policy_tokens) for e in episodes]
-    for e, s in zip(episodes, score_transcripts(env, items, weights, length_unit, None, thought_min_words)):
+    recorded = env.scores_recorded_traffic
+    recordings = [e.recording() if recorded else None for e in episodes]
+    try:
+        scores = score_transcripts(env, items, weights, length_unit, None, thought_min_words, recordings)
+    finally:
+        for e in episodes:
+            e.close()
+    for e, s in zip(episodes, scores):
         e.score = s

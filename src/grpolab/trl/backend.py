@@ -149,6 +149,12 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
     completion text (its tokens counted by the config's model). The four functions share one cached score per
     transcript.
     """
+    if env.scores_recorded_traffic:
+        raise UserError(
+            f"env {env.name!r} has tools with state (or that answer differently each time), and TRL's reward "
+            "functions see only the transcript, which grpolab would check by running its calls again",
+            "train it with the native backend (`--backend native`, the default), which scores the traffic it recorded",
+        )
     tasks = env.all_tasks()
 
     @lru_cache(maxsize=4096)
