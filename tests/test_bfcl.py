@@ -439,7 +439,9 @@ def test_eval_category_reads_the_packages_live_data(cli):
         "eval", "--env", "bfcl", "--category", "live_simple", "--model", "tiny", "--limit", "2", "--json"
     )
     assert code == 0, err
-    assert json.loads(out)["heldout/n"] == 2.0
+    summary = json.loads(out)
+    assert summary["heldout/n"] == 2.0 and len(summary["tasks"]) == 2  # a verdict per task
+    assert all(row["task_id"].startswith("live_simple") and row["solved"] in (True, False) for row in summary["tasks"])
     code, _, err = cli("eval", "--env", "bfcl", "--category", "simple", "--model", "tiny", "--limit", "2")
     assert code == 2 and "simple_python" in err
 

@@ -27,7 +27,7 @@ from grpolab.cli.options import (
     resolve_config,
 )
 from grpolab.config import DEMO_CONFIG, field_doc
-from grpolab.engine.evaluate import evaluate
+from grpolab.engine.evaluate import evaluate, task_verdicts
 from grpolab.engine.policy import load_run_policy
 from grpolab.envs import env_for
 from grpolab.errors import UserError
@@ -162,7 +162,7 @@ def eval_(
         policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
     summary, episodes = evaluate(policy, tokenizer, environment, cfg, split, limit)  # type: ignore[arg-type]
     if json:
-        print_json({"model": cfg.model, "env": cfg.env, "split": split, **summary})
+        print_json({"model": cfg.model, "env": cfg.env, "split": split, **summary, "tasks": task_verdicts(episodes)})
         return
     for k, v in summary.items():
         console.print(f"{k:<24} {v:.3f}")

@@ -38,10 +38,41 @@ def evaluate(
     model.eval()
     heap.trim()  # what training freed goes back to the OS before this phase's larger batch
     episodes: list[Episode] = []
+    scored = 0
     try:
         for start in range(0, len(tasks), EVAL_BATCH):  # bounded memory: KV cache and prefill grow with the batch
             episodes += run_episodes(model, tokenizer, env, tasks[start : start + EVAL_BATCH], 1, settings)
+            if env.stateful:  # each batch scored and its episodes' state released before the next is made
+                _score(env, episodes[scored:], cfg)
+                scored = len(episodes)
     finally:
         model.train(was_training)
-    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
+        for e in episodes[scored:] if env.stateful else ():
+            e.close()
+    if not env.stateful:
+        _score(env, episodes, cfg)
     return heldout_summary(episodes), episodes
+
+
+def _score(env: Environment, episodes: list[Episode], cfg: LabConfig) -> None:
+    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
+
+
+def task_verdicts(episodes: list[Episode]) -> list[dict[str, Any]]:
+    """One row per evaluated task: its verdict (the strict verifier), the completion reason and the breakdown."""
+    rows = []
+    for e in episodes:
+        assert e.score is not None
+        rows.append(
+            {
+                "task_id": e.task.id,
+                "kind": e.task.kind,
+                "solved": e.score.solved,
+                "reason": e.score.reasons.get("completion", ""),
+                "breakdown": e.score.breakdown,
+                "components": e.score.to_json()["components"],
+                "calls": [name for name, _ in (e.evidence.calls if e.evidence else [])],
+                "stop": e.stop_reason,
+            }
+        )
+    return rows
