@@ -5,6 +5,7 @@ id every call (non-deterministic). Episodes are teacher-forced through the real 
 response is the one the environment inserted while the episode ran.
 """
 
+import json
 import time
 import uuid
 
@@ -226,3 +227,24 @@ def test_reference_transcripts_run_in_one_episode():
 def test_built_in_environments_still_replay(finance, arithmetic):
     assert not finance.scores_recorded_traffic and not arithmetic.scores_recorded_traffic
     assert CartEnv().scores_recorded_traffic and TicketEnv().scores_recorded_traffic
+
+
+def test_the_commands_take_a_stateful_env(cli):
+    env = "tests.test_stateful:CartEnv"
+    code, out, err = cli("tools", "run", "add_to_cart", '{"item": "a"}', "--env", env, "--json")
+    assert code == 0 and json.loads(out) == {"cart": ["a"]} and "fresh episode" in err, err
+    code, out, err = cli("eval", "--env", env, "--model", "tiny", "--split", "train", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["tasks"]
+    assert sorted(r["task_id"] for r in rows) == ["ab", "c"] and all(r["solved"] is False for r in rows)
+    code, out, err = cli("tasks", "--env", env, "--json")
+    assert code == 0 and '{\\"cart\\": [\\"a\\"]}' in json.loads(out)[0]["reference_transcript"].replace('"', '\\"')
+
+
+class NoEpisodes(CartEnv):
+    start_episode = Environment.start_episode  # stateful, but says nowhere how an episode starts
+
+
+def test_a_stateful_env_without_start_episode_is_refused(cli):
+    code, _, err = cli("tasks", "--env", "tests.test_stateful:NoEpisodes")
+    assert code == 2 and "does not define start_episode" in err and "docs/stateful.md" in err

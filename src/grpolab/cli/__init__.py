@@ -33,12 +33,13 @@ from grpolab.cli.options import (
 )
 from grpolab.config import config_to_dict
 from grpolab.engine.policy import resolve_precision
-from grpolab.envs import SPLITS, env_for, env_names, get_env
+from grpolab.envs import SPLITS, Environment, env_for, env_names, get_env
 from grpolab.errors import UserError
 from grpolab.models import model_token_counter
 from grpolab.rewards.rubric import check_weights
 from grpolab.rewards.score import score_transcript
 from grpolab.scaffold import new_env
+from grpolab.tools import ToolBox
 
 app = typer.Typer(
     add_completion=False,
@@ -109,7 +110,7 @@ def envs(json: JsonOpt = False) -> None:
             {
                 "name": name,
                 "description": e.description,
-                "tools": list(e.toolbox.tools),
+                "tools": list(_offered_tools(e).tools),
                 "train": len(e.tasks("train")),
                 "heldout": len(e.tasks("heldout")),
             }
@@ -122,6 +123,14 @@ def envs(json: JsonOpt = False) -> None:
         cells = (r["name"], ", ".join(r["tools"]), str(r["train"]), str(r["heldout"]), r["description"])
         table.add_row(*map(Text, cells))  # data, never markup
     console.print(table)
+
+
+def _offered_tools(e: Environment) -> ToolBox:
+    """The tools an environment offers (a stateful one's, read from a fresh episode of its first task)."""
+    toolbox = getattr(e, "toolbox", None)
+    if toolbox is None and e.stateful:
+        return e.toolbox_for(next(iter(e.all_tasks().values())))
+    return toolbox if toolbox is not None else ToolBox([])
 
 
 @app.command()
@@ -171,14 +180,23 @@ def tools_run(
     """Run one tool with JSON arguments and print its response."""
     cfg = resolve_config(config, env, plugins=plugin)
     e = env_for(cfg)
-    tool = e.toolbox.get(name)
+    offered = _offered_tools(e)
+    tool = offered.get(name)
     if tool is None:
-        raise UserError(f"unknown tool {name!r} in env {cfg.env!r}", f"use one of: {', '.join(e.toolbox.tools)}")
+        raise UserError(f"unknown tool {name!r} in env {cfg.env!r}", f"use one of: {', '.join(offered.tools)}")
     arguments = tool_arguments(args)
     problem = tool.validation_error(arguments)
     if problem:
         raise UserError(f"tool arguments do not fit {name}'s schema: {problem}", f"see `grpolab envs` for {name}")
-    response = tool.run(arguments)
+    if e.stateful:  # the tool runs on a fresh episode's state, which is gone once it answers
+        err_console.print(f"env {cfg.env!r} is stateful: {name} ran on a fresh episode", markup=False)
+        episode = e.start_episode(next(iter(e.all_tasks().values())))
+        try:
+            response = episode.toolbox.execute(name, arguments)
+        finally:
+            episode.close()
+    else:
+        response = tool.run(arguments)
     if json:
         print_json(response)
     else:

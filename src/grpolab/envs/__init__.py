@@ -136,18 +136,19 @@ def _build(name: str, factory: object) -> Environment:
     except Exception as exc:  # whatever a user's constructor raises is a bad --env, not a crash
         raise UserError(f"environment {name!r} could not be built ({type(exc).__name__}: {exc})", fix) from None
     missing = [a for a in ENV_INTERFACE if not callable(getattr(env, a, None))]
-    if missing or not hasattr(env, "toolbox"):
+    if missing or not (hasattr(env, "toolbox") or getattr(env, "stateful", False)):  # stateful: tools per episode
         what = ", ".join(missing) or "toolbox"
         raise UserError(f"{name!r} gave a {type(env).__name__}, not an environment (it has no {what})", fix)
     if isinstance(env, Environment):
         # the base class's verifier and task list raise NotImplementedError: scoring would be NaN on every episode
-        needed = ["tasks", "verify" if env.executes_tools else "verify_calls"]
+        needed = ["tasks", "verify" if env.executes_tools else "verify_calls", *(["start_episode"] * env.stateful)]
         unwritten = [m for m in needed if getattr(type(env), m) is getattr(Environment, m)]
         if unwritten:
             raise UserError(
                 f"environment {name!r} ({type(env).__name__}) does not define {' or '.join(unwritten)}",
                 "write them (tasks(split) -> list[Task]; verify(task, final_answer, evidence) -> Verdict, or "
-                "verify_calls(task, calls) with executes_tools = False; see grpolab.envs.base)",
+                "verify_calls(task, calls) with executes_tools = False; start_episode(task) -> EpisodeState when "
+                "stateful = True; see grpolab.envs.base and docs/stateful.md)",
             )
     return env
 
