@@ -5,6 +5,7 @@ id every call (non-deterministic). Episodes are teacher-forced through the real 
 response is the one the environment inserted while the episode ran.
 """
 
+import gc
 import json
 import time
 import uuid
@@ -143,6 +144,7 @@ def test_a_cart_keeps_its_state_within_an_episode_and_never_across_episodes(tiny
     score_episodes(env, episodes, WEIGHTS, 64)
     assert [e.score.components["completion"] for e in episodes] == [1.0] * 4
     assert [e.score.components["schema"] for e in episodes] == [1.0] * 4
+    gc.collect()  # the episodes lent out for the prompts' tool schemas too
     assert env.closed == env.opened >= 4  # every episode released once scored
 
     again = run(tiny, env, [c], 1, turns)  # a later step starts from an empty cart
@@ -221,7 +223,11 @@ def test_reference_transcripts_run_in_one_episode():
     text = env.reference_transcript(task)
     assert render_tool_response({"cart": ["a", "b"]}) in text  # the second call saw the first one's item
     assert env.closed == env.opened == 1
-    assert env.toolbox_for(task).get("add_to_cart") is not None  # the schemas come from a fresh episode
+    tools = env.toolbox_for(task)  # the schemas and working tools of a fresh episode, released when dropped
+    assert tools.execute("add_to_cart", {"item": "z"}) == {"cart": ["z"]} and env.closed == 1
+    del tools
+    gc.collect()
+    assert env.closed == env.opened == 2
 
 
 def test_built_in_environments_still_replay(finance, arithmetic):

@@ -324,6 +324,8 @@ class ToolBox:
 
     def __init__(self, tools: list[Tool]):
         self.tools = {t.name: t for t in tools}
+        self.owner: object = None
+        """What must live as long as these tools (a stateful environment's episode, `Environment.toolbox_for`)."""
 
     @property
     def schemas(self) -> list[dict[str, Any]]:

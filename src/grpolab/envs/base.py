@@ -97,6 +97,12 @@ class EpisodeState:
         if close is not None:
             close()
 
+    def __del__(self) -> None:
+        try:  # an episode nobody closed (its toolbox lent out for schemas, a crash) is released when dropped
+            self.close()
+        except Exception:
+            pass
+
 
 def _in_process(tool: Any) -> Any:
     """A tool that keeps its state between calls: a function becomes a `Tool` run on a thread in this process."""
@@ -161,9 +167,9 @@ class Environment:
         """The tools offered with this task (the same for every task in most environments). A stateful environment
         without a `toolbox` of its own offers the tools of a fresh episode (their schemas are what is read)."""
         toolbox = getattr(self, "toolbox", None)
-        if toolbox is None and self.stateful:
+        if toolbox is None and self.stateful:  # its tools work on a state of their own, released when dropped
             episode = self.start_episode(task)
-            episode.close()
+            episode.toolbox.owner = episode
             return episode.toolbox
         return toolbox
 
