@@ -254,3 +254,17 @@ class NoEpisodes(CartEnv):
 def test_a_stateful_env_without_start_episode_is_refused(cli):
     code, _, err = cli("tasks", "--env", "tests.test_stateful:NoEpisodes")
     assert code == 2 and "does not define start_episode" in err and "docs/stateful.md" in err
+
+
+def test_probes_on_a_stateful_env_are_built_in_one_episode():
+    from grpolab.trust.probes import run_probes
+
+    env = CartEnv()
+    task = env.task("ab")
+    task.reference_calls = [("add_to_cart", {"item": "a"}), ("add_to_cart", {"item": "b"})]
+    task.reference_answer = "Done."
+    results = {r.probe: r for r in run_probes(env, [task], WEIGHTS, 64, len)}
+    assert results["call_loop"].honest.components["completion"] == 1.0
+    loop = results["call_loop"].score
+    assert "fabricated" not in loop.reasons["completion"] and loop.components["completion"] == 0.0  # cart a x7, b
+    assert "fabricated" in results["fabricated_response"].score.reasons["completion"]

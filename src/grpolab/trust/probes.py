@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from grpolab.envs.base import Environment, Task
-from grpolab.protocol import render_thought, render_tool_call, render_tool_response
+from grpolab.protocol import render_thought, render_tool_call, render_tool_response, response_json
 from grpolab.rewards.components import THOUGHT_MIN_WORDS
 from grpolab.rewards.score import Score, score_transcript
 
@@ -56,8 +56,7 @@ def fabricated_response(env: Environment, task: Task) -> str:
     if not task.reference_calls:
         return None
     parts = env.reference_parts(task)
-    name, args = task.reference_calls[-1]
-    real = env.toolbox_for(task).execute(name, args)
+    real = response_json(parts[-2][0])  # what the tool answered the last call (after the calls before it)
     fake: dict = {"result": _shifted(task, 0.0)}
     if fake == real:  # JSON equality, as the replay compares responses
         fake = {**real, "verified": True}  # the claim equals the real value: still not what the tool said
@@ -107,6 +106,11 @@ def call_loop(env: Environment, task: Task) -> str:
     if not task.reference_calls:
         return None
     name, args = task.reference_calls[0]
+    if env.stateful and env.executes_tools:  # every call changes the state the next one answers from: one episode
+        tools = env.toolbox_for(task)
+        calls = [(name, args)] * 6 + list(task.reference_calls)
+        loop = "".join(render_tool_call(n, a) + render_tool_response(tools.execute(n, a)) for n, a in calls)
+        return loop + task.reference_answer
     loop = (render_tool_call(name, args) + render_tool_response(env.toolbox_for(task).execute(name, args))) * 6
     return loop + env.reference_transcript(task)
 
