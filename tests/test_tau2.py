@@ -1,0 +1,90 @@
+"""τ²-bench retail: the official tools on a fresh database per episode, its database check as completion, and a
+verdict equal to the benchmark's own evaluator on recorded trajectories, right and wrong."""
+
+import random
+
+import pytest
+
+from grpolab.envs import get_env
+from grpolab.envs.base import Evidence
+from grpolab.envs.tau2.official import official_reward
+from grpolab.envs.tau2.tools import response_dict
+from grpolab.protocol import render_tool_call, render_tool_response
+from grpolab.rewards.score import score_transcript
+
+
+@pytest.fixture(scope="module")
+def retail():
+    return get_env("tau2_retail")
+
+
+def our_verdict(env, task, calls, answer):
+    episode = env.start_episode(task)
+    for name, arguments in calls:
+        episode.toolbox.execute(name, arguments)
+    return env.verify(task, answer, Evidence(task.prompt, calls, [], episode.state)).passed
+
+
+def test_the_split_and_the_tasks(retail):
+    assert len(retail.tasks("train")) == 74 and len(retail.tasks("heldout")) == 40
+    assert not {t.id for t in retail.tasks("train")} & {t.id for t in retail.tasks("heldout")}
+    task = retail.tasks("heldout")[0]
+    assert "no further conversation" in task.prompt and task.reference_calls
+    assert "find_user_id_by_name_zip" in retail.system_prompt(task) and "Retail agent policy" in retail.instructions
+
+
+def test_each_episode_has_its_own_database(retail):
+    task = next(t for t in retail.tasks("heldout") if any(n.startswith("cancel") for n, _ in t.reference_calls))
+    name, arguments = next((n, a) for n, a in task.reference_calls if n.startswith("cancel"))
+    one, two = retail.start_episode(task), retail.start_episode(task)
+    assert one.toolbox.execute(name, arguments)["status"] == "cancelled"
+    order = {"order_id": arguments["order_id"]}
+    assert one.toolbox.execute("get_order_details", order)["status"] == "cancelled"
+    assert two.toolbox.execute("get_order_details", order)["status"] != "cancelled"  # the other episode's db
+    assert retail.start_episode(task).toolbox.execute("get_order_details", order)["status"] != "cancelled"
+
+
+def test_the_tools_answer_bad_calls_with_errors(retail):
+    tools = retail.start_episode(retail.tasks("train")[0]).toolbox
+    assert "error" in tools.execute("get_order_details", {"order_id": "#W0000000"})
+    assert "invalid arguments" in tools.execute("get_order_details", {"order": 1})["error"]
+    assert tools.execute("calculate", {"expression": "(2 + 3) * 4.5"}) == {"result": "22.5"}
+    assert "error" in tools.execute("calculate", {"expression": "__import__('os')"})
+    assert "error" in tools.execute("calculate", {"expression": "9 ** 9 ** 9 ** 9"})  # no eval: refused, bounded
+    assert response_dict('"plain text"', False) == {"result": "plain text"}
+    assert response_dict("Error: boom", True) == {"error": "Error: boom"}
+
+
+def test_reference_solutions_pass_and_wrong_ones_fail(retail):
+    for task in retail.tasks("heldout")[:6]:
+        score = score_transcript(retail, task, retail.reference_transcript(task), count_tokens=len)
+        assert score.components["completion"] == 1.0 and score.components["actions"] == 1.0, score.reasons
+    task = next(t for t in retail.tasks("heldout") if len(t.reference_calls) >= 3)
+    name, arguments = task.reference_calls[0]  # the first look-up only: no action that writes
+    response = retail.start_episode(task).toolbox.execute(name, arguments)
+    text = render_tool_call(name, arguments) + render_tool_response(response) + task.reference_answer
+    score = score_transcript(retail, task, text, count_tokens=len)
+    assert score.components["completion"] == 0.0 and "database differs" in score.reasons["completion"]
+    assert 0 < score.components["actions"] < 1 and score.breakdown.endswith(" | A:+0.2")  # 1 of 5 actions
+
+
+def test_our_verdict_equals_the_benchmarks_on_recorded_trajectories(retail):
+    """Parity: reference trajectories (right), and each with the final information left out, the last action
+    dropped, or another task's actions (mostly wrong)."""
+    rng = random.Random(0)
+    tasks = retail.tasks("heldout")
+    cases = []
+    for task in tasks[:8]:
+        calls = list(task.reference_calls)
+        cases += [
+            (task, calls, task.reference_answer),
+            (task, calls, "Done."),
+            (task, calls[:-1], task.reference_answer),
+            (task, list(rng.choice(tasks).reference_calls), task.reference_answer),
+        ]
+    verdicts = [
+        (our_verdict(retail, t, c, a), official_reward(retail.fresh_environment, t.truth, c, a)) for t, c, a in cases
+    ]
+    assert len(verdicts) >= 20 and all(ours == (theirs == 1.0) for ours, theirs in verdicts)
+    passed = sum(ours for ours, _ in verdicts)
+    assert 8 <= passed < len(verdicts)  # right and wrong ones
