@@ -53,3 +53,39 @@ def test_generated_rows_are_the_same_for_a_seed_and_hold_out_every_fifth():
     assert json.dumps(rows) == json.dumps(unit_tasks(30, seed=3)) != json.dumps(unit_tasks(30, seed=4))
     assert len({r["id"] for r in rows}) == 30
     assert [i for i, r in enumerate(rows) if r["split"] == "heldout"] == [4, 9, 14, 19, 24, 29]
+
+
+def test_the_stateful_env_has_a_database_per_episode_and_leaves_none_behind(tmp_path, cli):
+    import gc
+    import tempfile
+    from pathlib import Path
+
+    from grpolab.engine import rollout
+    from grpolab.engine.policy import build_policy
+    from grpolab.rewards.score import score_episodes
+
+    code, out, _ = cli("new-env", "desk", "--into", str(tmp_path), "--stateful")
+    assert code == 0 and "shop.py" in out
+    folder = tmp_path / "desk"
+    assert {p.name for p in folder.iterdir()} >= {"shop.py", "schema.sql", "seed.sql", "tasks.jsonl", "test_desk.py"}
+    before = set(Path(tempfile.gettempdir()).glob("shop-episode-*"))
+    cfg = load_config(folder / "config.toml", {"model": "tiny", "rollout.max_new_tokens": 8})
+    env = env_for(cfg)
+    assert env.stateful and len(env.tasks("heldout")) == 19
+    model, tok, _ = build_policy(cfg)
+    episodes = rollout.run_episodes(model, tok, env, env.tasks("heldout")[:2], 2, rollout.sampling_settings(cfg))
+    folders = {e.episode_state.state.folder for e in episodes}
+    assert len(folders) == 4 and all(f.exists() for f in folders)  # one database each while they run
+    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit)
+    gc.collect()
+    assert not any(f.exists() for f in folders)
+    assert set(Path(tempfile.gettempdir()).glob("shop-episode-*")) <= before  # nothing left, the prompts' too
+    # its own tests: a database per episode, the references pass, a wrong write fails, `grpolab check` passes
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "test_desk.py")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]

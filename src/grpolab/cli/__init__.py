@@ -89,10 +89,14 @@ def config(
 def new_env_command(
     name: Annotated[str, typer.Argument(help="The folder to write (letters, digits, - and _).")],
     into: Annotated[Path, typer.Option("--into", help="Where to write it.")] = Path("."),
+    stateful: Annotated[
+        bool, typer.Option("--stateful", help="An environment with state: an order desk, one sqlite db per episode.")
+    ] = False,
 ) -> None:
     """Write a working environment to edit: tools, tasks (JSONL), a reward plugin, a config and tests."""
-    folder = new_env(name, into)
-    console.print(f"wrote {folder}/: tools.py, tasks.jsonl, rewards.py, config.toml, tests, README.md", markup=False)
+    folder = new_env(name, into, stateful)
+    files = "shop.py, schema.sql, seed.sql" if stateful else "tools.py, rewards.py"
+    console.print(f"wrote {folder}/: {files}, tasks.jsonl, config.toml, tests, README.md", markup=False)
     console.print(f"next: grpolab check --config {folder / 'config.toml'} --model tiny", markup=False)
 
 

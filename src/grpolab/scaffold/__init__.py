@@ -1,5 +1,8 @@
 """`grpolab new-env NAME`: a folder with a working environment a user edits (tools, tasks, a reward, a config, tests).
 
+`--stateful` writes the other kind (`stateful/`): an order desk on sqlite whose episodes each get their own
+database (`shop.py`, `schema.sql`, `seed.sql` and tasks written by `shop_seed` / `shop_tasks`).
+
 The folder is a `data` environment (docs/data-env.md): `tools.py` (typed functions), `tasks.jsonl` (rows with
 reference solutions, written here by `unit_tasks`), `rewards.py` (a plugin adding a TRL-shaped reward component),
 `config.toml` naming them, `test_NAME.py` and a README. It passes `grpolab check --config NAME/config.toml --model
@@ -20,6 +23,7 @@ from types import ModuleType
 from grpolab.errors import UserError
 
 TEMPLATE = Path(__file__).parent / "template"
+STATEFUL = Path(__file__).parent / "stateful"
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 
 # (from, to, words for the prompt, lowest and highest value) of each conversion a task may ask for
@@ -76,18 +80,117 @@ def unit_tasks(n: int = 120, seed: int = 0, heldout_every: int = 5) -> list[dict
     return rows
 
 
-def new_env(name: str, parent: Path) -> Path:
-    """Write the environment folder `parent/name`; a UserError where the name is not a plain folder name or the
-    folder exists and is not empty (nothing of the user's is overwritten)."""
+FIRST = ("Ada", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Juno", "Kai", "Lena")
+LAST = ("Park", "Silva", "Okafor", "Novak", "Reyes", "Tanaka")
+ITEMS = ("desk lamp", "water bottle", "backpack", "kettle", "headphones", "yoga mat", "teapot", "umbrella")
+STREETS = ("Elm St", "Oak Ave", "Pine Rd", "Maple Ln", "Cedar Ct", "Birch Way")
+
+
+THOUGHTS = {
+    "address": "I look the order up, and if it is still pending I change its shipping address.",
+    "cancel": "I look the order up, and if it is still pending I cancel it with the customer's reason.",
+    "status": "I look the order up and tell the customer its status.",
+}
+
+
+def shop_seed(seed: int = 0, customers: int = 12, orders: int = 96) -> dict[str, list[dict]]:
+    """The shop's customers and orders (what seed.sql inserts), deterministic in `seed`."""
+    rng = random.Random(seed)
+    names = rng.sample([f"{a} {b}" for a in FIRST for b in LAST], customers)
+    people = [{"customer_id": f"c{i + 1:03d}", "name": n} for i, n in enumerate(names)]
+    rows = []
+    for i in range(orders):
+        rows.append(
+            {
+                "order_id": f"#{1001 + i}",
+                "customer_id": people[i % customers]["customer_id"],
+                "item": rng.choice(ITEMS),
+                "status": ("pending", "pending", "shipped", "delivered")[i % 4],
+                "address": f"{rng.randint(1, 99)} {rng.choice(STREETS)}",
+            }
+        )
+    return {"customers": people, "orders": rows}
+
+
+def seed_sql(data: dict[str, list[dict]]) -> str:
+    """`INSERT` statements for `shop_seed`'s rows (values quoted as SQL strings)."""
+
+    def quoted(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    lines = ["-- The shop's rows: every episode starts from these (edit freely; tasks.jsonl refers to them)."]
+    for table, rows in data.items():
+        for row in rows:
+            columns = ", ".join(row)
+            lines.append(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(quoted(str(v)) for v in row.values())});")
+    return "\n".join(lines) + "\n"
+
+
+def shop_tasks(data: dict[str, list[dict]], seed: int = 0, heldout_every: int = 5) -> list[dict]:
+    """Cancel, change-address and status tasks on the seed's orders, each with its reference solution."""
+    rng = random.Random(seed)
+    names = {c["customer_id"]: c["name"] for c in data["customers"]}
+    rows = []
+    for i, order in enumerate(data["orders"]):
+        oid, who = order["order_id"], names[order["customer_id"]]
+        look = {"name": "get_order", "arguments": {"order_id": oid}}
+        if order["status"] == "pending" and i % 8 == 0:
+            kind, new = "address", f"{rng.randint(100, 999)} {rng.choice(STREETS)}"
+            prompt = f"I'm {who}. Please ship my order {oid} to {new} instead."
+            calls = [look, {"name": "change_address", "arguments": {"order_id": oid, "address": new}}]
+            answer, meta = f"Order {oid} now ships to {new}.", {}
+        elif order["status"] == "pending":
+            kind, reason = "cancel", rng.choice(["no longer needed", "ordered by mistake"])
+            why = "I don't need it anymore" if reason == "no longer needed" else "I ordered it by mistake"
+            prompt = f"I'm {who}. Please cancel my order {oid}, {why}."
+            calls = [look, {"name": "cancel_order", "arguments": {"order_id": oid, "reason": reason}}]
+            answer, meta = f"Order {oid} is cancelled.", {}
+        else:
+            kind = "status"
+            prompt = f"I'm {who}. What is the status of my order {oid} ({order['item']})?"
+            calls = [look]
+            answer, meta = f"Order {oid} is {order['status']}.", {"expect": order["status"]}
+        rows.append(
+            {
+                "id": f"{kind}-{oid.lstrip('#')}",
+                "prompt": prompt,
+                "answer": answer,
+                "kind": kind,
+                "split": "heldout" if i % heldout_every == heldout_every - 1 else "train",
+                "reference_calls": calls,
+                "reference_thought": THOUGHTS[kind],
+                "reference_answer": answer,
+                "meta": meta,
+            }
+        )
+    return rows
+
+
+def new_env(name: str, parent: Path, stateful: bool = False) -> Path:
+    """Write the environment folder `parent/name` (the stateful sqlite kind with `stateful`); a UserError where the
+    name is not a plain folder name or the folder exists and is not empty (nothing of the user's is overwritten)."""
     if not NAME.fullmatch(name):
         raise UserError(f"{name!r} is not a plain folder name", "use letters, digits, - and _ (e.g. my_env)")
     folder = parent / name
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise UserError(f"{folder} exists and is not empty", "pick another name, or remove that folder first")
     folder.mkdir(parents=True, exist_ok=True)
+    if stateful:
+        return _stateful_env(name, folder)
     for template in ("tools.py", "rewards.py", "config.toml"):
         (folder / template).write_text((TEMPLATE / template).read_text())
     (folder / f"test_{name.replace('-', '_')}.py").write_text((TEMPLATE / "test_env.py").read_text())
     (folder / "README.md").write_text((TEMPLATE / "README.md").read_text().replace("{name}", name))
     (folder / "tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in unit_tasks()))
+    return folder
+
+
+def _stateful_env(name: str, folder: Path) -> Path:
+    for template in ("shop.py", "schema.sql", "config.toml"):
+        (folder / template).write_text((STATEFUL / template).read_text())
+    (folder / f"test_{name.replace('-', '_')}.py").write_text((STATEFUL / "test_env.py").read_text())
+    (folder / "README.md").write_text((STATEFUL / "README.md").read_text().replace("{name}", name))
+    data = shop_seed()
+    (folder / "seed.sql").write_text(seed_sql(data))
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in shop_tasks(data)))
     return folder

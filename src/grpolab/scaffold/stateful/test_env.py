@@ -1,0 +1,46 @@
+"""Tests of this environment: `pytest` in this folder (grpolab installed). Add your own beside them."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from grpolab.config import load_config
+from grpolab.envs import env_for
+from grpolab.rewards.score import score_transcript
+
+HERE = Path(__file__).parent
+
+
+def _env():
+    return env_for(load_config(HERE / "config.toml"))
+
+
+def test_each_episode_has_its_own_database_removed_after_it():
+    env = _env()
+    task = next(t for t in env.tasks("train") if t.kind == "cancel")
+    name, arguments = next(c for c in task.reference_calls if c[0] == "cancel_order")
+    one, two = env.start_episode(task), env.start_episode(task)
+    assert one.toolbox.execute(name, arguments)["status"] == "cancelled"
+    assert two.toolbox.execute("get_order", {"order_id": arguments["order_id"]})["status"] == "pending"
+    folders = [one.state.folder, two.state.folder]
+    one.close(), two.close()
+    assert not any(folder.exists() for folder in folders)
+
+
+def test_the_references_pass_and_a_wrong_write_fails():
+    env = _env()
+    for task in env.tasks("heldout")[:6]:
+        score = score_transcript(env, task, env.reference_transcript(task), count_tokens=len)
+        assert score.components["completion"] == 1.0, score.reasons
+    task = next(t for t in env.tasks("heldout") if t.kind == "cancel")
+    other = next(t for t in env.tasks("train") if t.kind == "cancel" and t.id != task.id)
+    wrong = task.__class__(**{**task.__dict__, "reference_calls": other.reference_calls})  # cancels another order
+    score = score_transcript(env, task, env.reference_transcript(wrong), count_tokens=len)
+    assert score.components["completion"] == 0.0 and "database differs" in score.reasons["completion"]
+
+
+def test_grpolab_check_passes_on_the_tiny_model():
+    """The reward's probes (dummy tags, fabricated tool output, hedged answers...) score below honest work."""
+    command = [sys.executable, "-m", "grpolab.cli", "check", "--config", str(HERE / "config.toml"), "--model", "tiny"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
