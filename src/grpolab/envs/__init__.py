@@ -65,8 +65,10 @@ def _code() -> Environment:
 
 
 def _tau2_retail() -> Environment:
-    from grpolab.envs.tau2 import Tau2RetailEnv  # an optional package: imported when asked for
-
+    try:  # an optional package, imported when asked for (and left out of export-trl's standalone bundle)
+        from grpolab.envs.tau2 import Tau2RetailEnv
+    except ModuleNotFoundError as exc:
+        raise UserError(f"env 'tau2_retail' is not available here ({exc})", "use an installed grpolab") from None
     return Tau2RetailEnv()
 
 

@@ -143,12 +143,20 @@ def _comment(text: str, first: str = "# - ", rest: str = "#   ") -> list[str]:
     return textwrap.wrap(text, LINE, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
 
 
+UNBUNDLED = {("envs", "tau2")}
+"""Packages a standalone script leaves out: τ²-bench retail needs the tau2 package, and its episodes have state,
+which the TRL path refuses (`trl.backend.reward_functions`)."""
+
+
 def _bundle() -> str:
-    """The grpolab package source as a base64 zip (importable with zipimport; `unzip` shows the files)."""
+    """The grpolab package source as a base64 zip (importable with zipimport; `unzip` shows the files), without
+    `UNBUNDLED`."""
     root = Path(grpolab.__file__).parent
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for path in sorted(root.rglob("*")):
+            if path.relative_to(root).parts[:2] in UNBUNDLED:
+                continue
             if path.is_file() and path.suffix in {".py", ".toml", ".json", ".md"} and "__pycache__" not in path.parts:
                 z.write(path, Path("grpolab") / path.relative_to(root))
     text = base64.b64encode(buf.getvalue()).decode()
