@@ -44,6 +44,25 @@ def test_each_episode_has_its_own_database(retail):
     assert retail.start_episode(task).toolbox.execute("get_order_details", order)["status"] != "cancelled"
 
 
+def test_a_fresh_database_is_the_benchmarks_own_and_shares_nothing(retail):
+    """Episodes validate their database from one dump: it must equal what tau2 loads from db.json, and no dict or
+    list of one episode's database may be another's (a write in place would leak between episodes)."""
+    from pydantic import BaseModel
+    from tau2.domains.retail.environment import get_environment
+
+    def containers(value, seen):
+        if isinstance(value, BaseModel | dict | list):
+            seen.add(id(value))
+            inner = value.__dict__.values() if isinstance(value, BaseModel) else value
+            for item in inner.values() if isinstance(inner, dict) else inner:
+                containers(item, seen)
+        return seen
+
+    one, two = retail.fresh_environment(), retail.fresh_environment()
+    assert one.get_db_hash() == get_environment().get_db_hash()
+    assert not containers(one.tools.db, set()) & containers(two.tools.db, set())
+
+
 def test_the_tools_answer_bad_calls_with_errors(retail):
     tools = retail.start_episode(retail.tasks("train")[0]).toolbox
     assert "error" in tools.execute("get_order_details", {"order_id": "#W0000000"})

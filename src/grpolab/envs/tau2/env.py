@@ -16,7 +16,7 @@ from typing import Any
 from grpolab.envs.base import Environment, EpisodeState, Evidence, Split, Task, Verdict
 from grpolab.envs.tau2.package import tau2
 from grpolab.envs.tau2.tasks import SPLITS, grpolab_task
-from grpolab.envs.tau2.tools import Tau2Tool
+from grpolab.envs.tau2.tools import Tau2Tool, tool_specs
 from grpolab.protocol import render_system_prompt
 from grpolab.tools import ToolBox
 
@@ -36,34 +36,36 @@ class Tau2RetailEnv(Environment):
         from tau2.domains.retail.environment import get_environment, get_tasks, get_tasks_split
         from tau2.domains.retail.utils import RETAIL_DB_PATH
 
-        self._pristine = RetailDB.load(RETAIL_DB_PATH)
-        self._get_environment = get_environment
+        # Each episode validates its database from this plain dump: a third of a deep copy's time, and no
+        # container is shared with the dump or with another episode (every dict and list is built anew)
+        self._pristine = RetailDB.load(RETAIL_DB_PATH).model_dump()
+        self._db_type, self._get_environment = RetailDB, get_environment
         split_ids = get_tasks_split()
         by_id = {t.id: grpolab_task(t) for t in get_tasks(None)}
         self._tasks: dict[Split, list[Task]] = {
             ours: [by_id[i] for i in split_ids[theirs]] for ours, theirs in SPLITS.items()
         }
-        first = self.start_episode(self._tasks["train"][0])
-        self.instructions = INSTRUCTIONS_HEAD + first.state.get_policy().strip()
-        self._schemas = first.toolbox  # what the prompt shows; calls run on each episode's own tools
+        first = self.fresh_environment()
+        self.instructions = INSTRUCTIONS_HEAD + first.get_policy().strip()
+        self._specs = tool_specs(first)  # what the prompt shows; each episode binds them to its own database
         self.rubric.add("actions", action_match, letter="A", weight=1.0, description=action_match.__doc__ or "")
 
     def tasks(self, split: Split) -> list[Task]:
         return self._tasks[split]
 
     def system_prompt(self, task: Task | None = None) -> str:
-        schemas = self._schemas.schemas
+        schemas = [spec.schema for spec in self._specs]
         return render_system_prompt(
             schemas, self.instructions, self.example, self.thought_required, False, self.thought_tag
         )
 
     def fresh_environment(self) -> Any:
         """A tau2 retail environment on a fresh copy of the benchmark's database."""
-        return self._get_environment(db=self._pristine.model_copy(deep=True))
+        return self._get_environment(db=self._db_type.model_validate(self._pristine))
 
     def start_episode(self, task: Task) -> EpisodeState:
         env = self.fresh_environment()
-        return EpisodeState(ToolBox([Tau2Tool(env, t) for t in env.get_tools()]), state=env)
+        return EpisodeState(ToolBox([Tau2Tool(env, spec) for spec in self._specs]), state=env)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 (one environment object per process)
     def gold_hash(self, task_id: str) -> str:

@@ -23,14 +23,28 @@ MAX_RESPONSE_CHARS = 4000
 """Longer than grpolab's 2,000 (`tools.MAX_OUTPUT_CHARS`): product details with every variant run to 3.2k."""
 
 
+class ToolSpec:
+    """A retail tool's name, schema and argument validator: the same for every episode, so built once (tau2 makes
+    a pydantic model per tool from its docstring each time it lists its tools, a third of an episode's start)."""
+
+    def __init__(self, tool: Any):
+        self.name = tool.name
+        self.schema = tool.openai_schema
+        self.parameters = self.schema["function"]["parameters"]
+        self.validator = jsonschema.Draft202012Validator(self.parameters)
+
+
+def tool_specs(env: Any) -> list[ToolSpec]:
+    """The specs of a tau2 environment's tools, in its order."""
+    return [ToolSpec(tool) for tool in env.get_tools()]
+
+
 class Tau2Tool:
     """One retail tool of one episode's tau2 environment."""
 
-    def __init__(self, env: Any, tool: Any):
-        self.env, self.name = env, tool.name
-        self.schema = tool.openai_schema
-        self.parameters = self.schema["function"]["parameters"]
-        self._validator = jsonschema.Draft202012Validator(self.parameters)
+    def __init__(self, env: Any, spec: ToolSpec):
+        self.env, self.name = env, spec.name
+        self.schema, self.parameters, self._validator = spec.schema, spec.parameters, spec.validator
 
     def validation_error(self, arguments: Any) -> str | None:
         if not isinstance(arguments, dict):
