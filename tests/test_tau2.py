@@ -89,7 +89,8 @@ def test_reference_solutions_pass_and_wrong_ones_fail(retail):
 
 def test_our_verdict_equals_the_benchmarks_on_recorded_trajectories(retail):
     """Parity: reference trajectories (right), and each with the final information left out, the last action
-    dropped, or another task's actions (mostly wrong)."""
+    dropped, another task's actions, or a new item swapped for another available variant of the same product (a
+    write that succeeds, on the wrong item) (mostly wrong)."""
     rng = random.Random(0)
     tasks = retail.tasks("heldout")
     cases = []
@@ -101,9 +102,28 @@ def test_our_verdict_equals_the_benchmarks_on_recorded_trajectories(retail):
             (task, calls[:-1], task.reference_answer),
             (task, list(rng.choice(tasks).reference_calls), task.reference_answer),
         ]
+    products = list(retail.fresh_environment().tools.db.products.values())
+    swapped = [(t, c) for t in tasks for c in [with_another_variant(products, t.reference_calls)] if c][:5]
+    cases += [(task, calls, task.reference_answer) for task, calls in swapped]
+    assert len(swapped) == 5
     verdicts = [
         (our_verdict(retail, t, c, a), official_reward(retail.fresh_environment, t.truth, c, a)) for t, c, a in cases
     ]
     assert len(verdicts) >= 20 and all(ours == (theirs == 1.0) for ours, theirs in verdicts)
     passed = sum(ours for ours, _ in verdicts)
     assert 8 <= passed < len(verdicts)  # right and wrong ones
+    assert not any(ours for ours, _ in verdicts[-len(swapped) :])  # a wrong item fails, though every call succeeds
+
+
+def with_another_variant(products, calls):
+    """`calls` with the first new item of its first exchange or modification replaced by another available
+    variant of the same product (of tau2's `products`), or None when no call has one."""
+    for i, (name, arguments) in enumerate(calls):
+        for position, item in enumerate(arguments.get("new_item_ids") or []):
+            product = next(p for p in products if item in p.variants)
+            other = next((v for v in product.variants if v != item and product.variants[v].available), None)
+            if other:
+                new_items = list(arguments["new_item_ids"])
+                new_items[position] = other
+                return calls[:i] + [(name, {**arguments, "new_item_ids": new_items})] + calls[i + 1 :]
+    return None
