@@ -20,7 +20,7 @@ from grpolab.files.limits import MAX_NESTING
 from grpolab.tools import cap_output, value_depth
 
 MAX_RESPONSE_CHARS = 4000
-"""Longer than grpolab's 2,000 (`tools.MAX_OUTPUT_CHARS`): 24 of the 50 products' details exceed that (3,370 at most)."""
+"""Longer than grpolab's 2,000 (`tools.MAX_OUTPUT_CHARS`): 24 of the 50 products' details exceed it (3,370 at most)."""
 
 
 class ToolSpec:
