@@ -23,5 +23,6 @@ def tau2() -> ModuleType:
         import tau2.evaluator.evaluator_communicate  # noqa: F401
         import tau2.evaluator.evaluator_env  # noqa: F401
     except ImportError as exc:
-        raise UserError(f"env 'tau2_retail' needs τ²-bench, which is not installed ({exc})", INSTALL) from None
+        missing = "the package" if exc.name == "tau2" else f"its dependency {exc.name!r}"
+        raise UserError(f"env 'tau2_retail' needs τ²-bench, and {missing} is not installed ({exc})", INSTALL) from None
     return package
