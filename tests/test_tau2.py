@@ -31,6 +31,7 @@ def test_the_split_and_the_tasks(retail):
     task = retail.tasks("heldout")[0]
     assert "no further conversation" in task.prompt and task.reference_calls
     assert "find_user_id_by_name_zip" in retail.system_prompt(task) and "Retail agent policy" in retail.instructions
+    assert '"title"' not in retail.system_prompt(task)  # pydantic's titles repeat the names: left out
 
 
 def test_each_episode_has_its_own_database(retail):
@@ -88,31 +89,32 @@ def test_reference_solutions_pass_and_wrong_ones_fail(retail):
 
 
 def test_our_verdict_equals_the_benchmarks_on_recorded_trajectories(retail):
-    """Parity: reference trajectories (right), and each with the final information left out, the last action
-    dropped, another task's actions, or a new item swapped for another available variant of the same product (a
-    write that succeeds, on the wrong item) (mostly wrong)."""
+    """Parity on 24 trajectories: ten tasks' references (right), and wrong ones: a reference without the information
+    the customer must be told, without its last write, another task's actions, or a new item swapped for another
+    available variant of its product (every call succeeds, the database ends wrong)."""
     rng = random.Random(0)
     tasks = retail.tasks("heldout")
-    cases = []
-    for task in tasks[:8]:
-        calls = list(task.reference_calls)
-        cases += [
-            (task, calls, task.reference_answer),
-            (task, calls, "Done."),
-            (task, calls[:-1], task.reference_answer),
-            (task, list(rng.choice(tasks).reference_calls), task.reference_answer),
-        ]
     products = list(retail.fresh_environment().tools.db.products.values())
-    swapped = [(t, c) for t in tasks for c in [with_another_variant(products, t.reference_calls)] if c][:5]
-    cases += [(task, calls, task.reference_answer) for task, calls in swapped]
-    assert len(swapped) == 5
-    verdicts = [
-        (our_verdict(retail, t, c, a), official_reward(retail.fresh_environment, t.truth, c, a)) for t, c, a in cases
-    ]
-    assert len(verdicts) >= 20 and all(ours == (theirs == 1.0) for ours, theirs in verdicts)
-    passed = sum(ours for ours, _ in verdicts)
-    assert 8 <= passed < len(verdicts)  # right and wrong ones
-    assert not any(ours for ours, _ in verdicts[-len(swapped) :])  # a wrong item fails, though every call succeeds
+    told = [t for t in tasks if t.meta["communicate_info"]][:3]
+    swapped = [(t, c) for t in tasks for c in [with_another_variant(products, t.reference_calls)] if c][:4]
+    right = [(t, list(t.reference_calls), t.reference_answer) for t in tasks[:10]]
+    wrong = [(t, list(t.reference_calls), "Done.") for t in told]
+    served = [t for t in tasks if "transfer_to_human_agents" not in dict(t.reference_calls)][:4]  # (1)
+    wrong += [(t, without_last_write(t.reference_calls), t.reference_answer) for t in served]
+    wrong += [(t, list(rng.choice(tasks[10:]).reference_calls), t.reference_answer) for t in tasks[7:10]]
+    wrong += [(t, calls, t.reference_answer) for t, calls in swapped]
+    assert len(told) == 3 and len(served) == 4 and len(swapped) == 4
+
+    def verdicts(cases):
+        return [
+            (our_verdict(retail, t, c, a), official_reward(retail.fresh_environment, t.truth, c, a) == 1.0)
+            for t, c, a in cases
+        ]
+
+    # (1) a task that ends with a hand-off may have a reference write that fails (task 12 refunds to a method the
+    # policy refuses): without it the database is the same, and both verdicts pass
+    assert verdicts(right) == [(True, True)] * len(right)
+    assert verdicts(wrong) == [(False, False)] * len(wrong)
 
 
 def with_another_variant(products, calls):
@@ -127,3 +129,10 @@ def with_another_variant(products, calls):
                 new_items[position] = other
                 return calls[:i] + [(name, {**arguments, "new_item_ids": new_items})] + calls[i + 1 :]
     return None
+
+
+def without_last_write(calls):
+    """`calls` without the last one that changes the database (look-ups and the hand-off to a human change none)."""
+    reads = ("get_", "find_", "list_", "calculate", "transfer_")
+    last = max(i for i, (name, _) in enumerate(calls) if not name.startswith(reads))
+    return calls[:last] + calls[last + 1 :]

@@ -29,9 +29,20 @@ class ToolSpec:
 
     def __init__(self, tool: Any):
         self.name = tool.name
-        self.schema = tool.openai_schema
+        self.schema = without_titles(tool.openai_schema)
         self.parameters = self.schema["function"]["parameters"]
         self.validator = jsonschema.Draft202012Validator(self.parameters)
+
+
+def without_titles(schema: Any) -> Any:
+    """A JSON schema without pydantic's `title` strings ("Order Id" for `order_id`, "parameters"): they repeat the
+    names, and are 360 of the system prompt's 4.9k SmolLM2 tokens. A property named `title` (a schema, not a
+    string) is kept."""
+    if isinstance(schema, dict):
+        return {k: without_titles(v) for k, v in schema.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(schema, list):
+        return [without_titles(v) for v in schema]
+    return schema
 
 
 def tool_specs(env: Any) -> list[ToolSpec]:
