@@ -88,7 +88,7 @@ def test_the_stateful_env_has_a_database_per_episode_and_leaves_none_behind(tmp_
         cwd=tmp_path,
         timeout=900,
     )
-    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and "5 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
 
 
 def test_the_shop_rows_are_the_same_for_a_seed_and_an_order_status_is_not_read_off_its_id():
