@@ -7,7 +7,7 @@ import sys
 from grpolab.config import load_config
 from grpolab.envs import env_for
 from grpolab.rewards.rubric import rubric_of
-from grpolab.scaffold import unit_tasks
+from grpolab.scaffold import shop_seed, shop_tasks, unit_tasks
 
 
 def test_new_env_writes_a_folder_whose_own_tests_pass(tmp_path, cli):
@@ -88,4 +88,14 @@ def test_the_stateful_env_has_a_database_per_episode_and_leaves_none_behind(tmp_
         cwd=tmp_path,
         timeout=900,
     )
-    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and "5 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_the_shop_rows_are_the_same_for_a_seed_and_an_order_status_is_not_read_off_its_id():
+    data = shop_seed()
+    rows = shop_tasks(data)
+    assert json.dumps(rows) == json.dumps(shop_tasks(shop_seed())) and len({r["id"] for r in rows}) == len(rows) == 96
+    assert {r["kind"] for r in rows} == {"cancel", "address", "status"}
+    assert [i for i, r in enumerate(rows) if r["split"] == "heldout"][:3] == [4, 9, 14]
+    by_parity = {(int(o["order_id"][1:]) % 4, o["status"]) for o in data["orders"]}
+    assert len(by_parity) > 8  # the same residue holds several statuses: only get_order tells which

@@ -93,7 +93,8 @@ def new_env_command(
         bool, typer.Option("--stateful", help="An environment with state: an order desk, one sqlite db per episode.")
     ] = False,
 ) -> None:
-    """Write a working environment to edit: tools, tasks (JSONL), a reward plugin, a config and tests."""
+    """Write a working environment to edit: tools, tasks (JSONL), a reward plugin, a config and tests (--stateful:
+    an order desk on sqlite, its env in shop.py, a database per episode)."""
     folder = new_env(name, into, stateful)
     files = "shop.py, schema.sql, seed.sql" if stateful else "tools.py, rewards.py"
     console.print(f"wrote {folder}/: {files}, tasks.jsonl, config.toml, tests, README.md", markup=False)

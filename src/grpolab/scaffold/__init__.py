@@ -105,7 +105,7 @@ def shop_seed(seed: int = 0, customers: int = 12, orders: int = 96) -> dict[str,
                 "order_id": f"#{1001 + i}",
                 "customer_id": people[i % customers]["customer_id"],
                 "item": rng.choice(ITEMS),
-                "status": ("pending", "pending", "shipped", "delivered")[i % 4],
+                "status": rng.choice(("pending", "pending", "shipped", "delivered")),  # not readable off the id
                 "address": f"{rng.randint(1, 99)} {rng.choice(STREETS)}",
             }
         )
@@ -134,7 +134,7 @@ def shop_tasks(data: dict[str, list[dict]], seed: int = 0, heldout_every: int = 
     for i, order in enumerate(data["orders"]):
         oid, who = order["order_id"], names[order["customer_id"]]
         look = {"name": "get_order", "arguments": {"order_id": oid}}
-        if order["status"] == "pending" and i % 8 == 0:
+        if order["status"] == "pending" and rng.random() < 0.25:
             kind, new = "address", f"{rng.randint(100, 999)} {rng.choice(STREETS)}"
             prompt = f"I'm {who}. Please ship my order {oid} to {new} instead."
             calls = [look, {"name": "change_address", "arguments": {"order_id": oid, "address": new}}]

@@ -3,14 +3,15 @@
 `ShopEnv` is a stateful grpolab environment (docs/stateful.md in grpolab): `start_episode` copies the database
 (schema.sql + seed.sql) into a private temporary folder, the tools below read and write it with parameterised SQL,
 and the folder is removed once the episode is scored. The verifier compares the episode's final database with the
-one the task's reference calls leave on a fresh copy, so a task needs no hand-written check; a task that only asks
-for information (`expect` in its row) is also checked on the answer. `actions` (A) is partial credit: the share
-of the reference's writing calls the episode made.
+one the task's reference calls leave on a fresh copy, so a task needs no hand-written check; the answer must also
+name the task's order, and one that only asks for information (`expect` in its row) must say the right status.
+`actions` (A) is partial credit: the share of the reference's writing calls the episode made.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -83,8 +84,9 @@ def shop_tools(db: Database) -> list:
         order = get_order(order_id)
         if "error" in order or order["status"] != "pending":
             return order if "error" in order else {"error": f"order {order_id} is {order['status']}, not pending"}
-        db.change("UPDATE orders SET status = 'cancelled', cancel_reason = ? WHERE order_id = ?", reason, order_id)
-        return get_order(order_id)
+        oid = order["order_id"]  # the id as stored (the model's may carry spaces)
+        db.change("UPDATE orders SET status = 'cancelled', cancel_reason = ? WHERE order_id = ?", reason, oid)
+        return get_order(oid)
 
     def change_address(order_id: str, address: str) -> dict:
         """Change where a pending order ships to.
@@ -96,8 +98,9 @@ def shop_tools(db: Database) -> list:
         order = get_order(order_id)
         if "error" in order or order["status"] != "pending":
             return order if "error" in order else {"error": f"order {order_id} is {order['status']}, not pending"}
-        db.change("UPDATE orders SET address = ? WHERE order_id = ?", address.strip()[:200], order_id)
-        return get_order(order_id)
+        oid = order["order_id"]
+        db.change("UPDATE orders SET address = ? WHERE order_id = ?", address.strip()[:200], oid)
+        return get_order(oid)
 
     return [find_customer, get_order, cancel_order, change_address]
 
@@ -137,6 +140,11 @@ class ShopEnv(Environment):
     def verify(self, task: Task, final_answer: str, evidence: Evidence) -> Verdict:
         if evidence.state.dump() != self.gold(task):
             return Verdict(False, "the database differs from the one the reference leaves")
+        unnamed = [
+            o for o in orders_of(task) if not re.search(rf"(?<!\d){re.escape(o.lstrip('#'))}(?!\d)", final_answer)
+        ]
+        if unnamed:  # the customer is told which order was changed or looked up, not just "Done."
+            return Verdict(False, f"the answer does not name order {unnamed[0]}")
         expect = task.meta.get("expect")
         if expect:
             said = {s for s in STATUSES if s in final_answer.lower()}
@@ -161,6 +169,11 @@ def _task(row: dict) -> Task:
         reference_answer=row["reference_answer"],
         meta=row.get("meta", {}),
     )
+
+
+def orders_of(task: Task) -> list[str]:
+    """The orders the task's reference calls touch (the answer must name them)."""
+    return sorted({str(a["order_id"]) for _, a in task.reference_calls if "order_id" in a})
 
 
 def write_share(replay: Any, task: Task, env: Any, ctx: Any) -> tuple[float, str]:
