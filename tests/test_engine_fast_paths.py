@@ -416,3 +416,18 @@ def test_packed_rollout_weights_give_the_plain_linear():
         x = torch.randn(*shape)
         assert torch.allclose(packed(x), torch.nn.functional.linear(x, weight, bias), atol=1e-5)
         assert torch.equal(plain(x), torch.nn.functional.linear(x, weight, bias))
+
+
+def test_a_long_prompt_prefills_in_bounded_pieces_with_the_same_result(tiny_arch, finance, monkeypatch):
+    """Prompts whose attention scores would pass PREFILL_SCORES_BYTES are fed a few rows at a time in column chunks
+    (tau2_retail's 5k-token prompts, 32 at once, were killed for memory): same tokens, same log-probs."""
+    cfg, model, tok = tiny_arch
+    tasks = [finance.task(t) for t in ("pct_change-ACME-Q3", "eps_surprise-ACME-Q2", "revenue_growth-ACME-Q1Q2")]
+    settings = rollout.sampling_settings(cfg, greedy=True, max_new_tokens=24)
+    whole = rollout.run_episodes(model, tok, finance, tasks, 2, settings)
+    monkeypatch.setattr(rollout, "PREFILL_SCORES_BYTES", 1)  # one row at a time...
+    monkeypatch.setattr(rollout, "PREFILL_COLUMNS", 37)  # ...in chunks of 37 tokens
+    pieces = rollout.run_episodes(model, tok, finance, tasks, 2, settings)
+    for a, b in zip(whole, pieces):
+        assert a.completion_ids == b.completion_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4

@@ -337,7 +337,7 @@ def _decode_batched(
         ids[i, : len(p)] = torch.tensor(p, device=device)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
     with phases(PHASE_PREFILL, tokens=int(lengths.sum()), padded=ids.numel()):
-        hidden = dec.feed(kv, ids, lengths)  # one prefill per prompt...
+        hidden = _prefill(dec, kv, prompts, ids, lengths)  # one prefill per prompt...
         fork = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
         kv.keep(fork)  # ...forked into its G episodes
         logits = dec.logits(hidden).index_select(0, fork)  # (B, V)
@@ -369,6 +369,34 @@ def _decode_batched(
         last = torch.tensor([f[-1] for f in feeds], device=device)[:, None]  # (R, 1)
         with phases(PHASE_DECODE, tokens=len(live), steps=1, context=int(kv.lengths.sum())):
             logits = dec.logits(dec.feed(kv, last, torch.ones(len(live), dtype=torch.long, device=device)))
+
+
+PREFILL_SCORES_BYTES = 1 << 30
+"""Attention scores one prefill call may hold (rows x heads x chunk x context x 4 bytes). Right-padded prompts of
+a few hundred tokens prefill in one call as before; a 5k-token prompt (tau2_retail's) is fed a row at a time, in
+column chunks past `PREFILL_COLUMNS`: 32 of them in one call wanted 29 GB of scores and were killed for memory."""
+PREFILL_COLUMNS = 2048
+
+
+def _prefill(dec: FastDecoder, kv: Any, prompts: list[list[int]], ids: Tensor, lengths: Tensor) -> Tensor:
+    """Feed every prompt into its cache row; the final hidden state at each prompt's last token, (P, hidden)."""
+    width = ids.shape[1]
+    if len(prompts) * dec.heads * width * width * 4 <= PREFILL_SCORES_BYTES:
+        return dec.feed(kv, ids, lengths)
+    device = ids.device
+    per_row = max(1, PREFILL_SCORES_BYTES // (dec.heads * min(width, PREFILL_COLUMNS) * width * 4))
+    hidden: list[Tensor] = [ids.new_empty(0)] * len(prompts)
+    for first in range(0, len(prompts), per_row):
+        group = list(range(first, min(first + per_row, len(prompts))))
+        for start in range(0, max(len(prompts[i]) for i in group), PREFILL_COLUMNS):
+            fed = [i for i in group if len(prompts[i]) > start]
+            chunk = ids[fed, start : start + PREFILL_COLUMNS]
+            valid = (lengths[fed] - start).clamp(max=PREFILL_COLUMNS)
+            out = dec.feed(kv, chunk, valid, rows=torch.tensor(fed, device=device))
+            for j, i in enumerate(fed):
+                if len(prompts[i]) <= start + PREFILL_COLUMNS:  # its last token was in this chunk
+                    hidden[i] = out[j]
+    return torch.stack(hidden)
 
 
 def _decode_one(
