@@ -205,6 +205,21 @@ def _bfcl_parity(p: dict[str, Any]) -> list[str]:
     ]
 
 
+def _tau2_retail(t: dict[str, Any]) -> list[str]:
+    b = t["base"]
+    return [
+        "### τ²-bench retail (solo setting)",
+        "",
+        para(
+            f"The base model on the benchmark's {b['tasks']} test tasks, greedy: {100 * b['pass_rate']:.0f}% pass "
+            f"(database and information checks), {100 * b['action_match']:.0f}% of reference actions made, "
+            f"{100 * b['tool_call_prob']:.0f}% of episodes with a valid tool call. grpolab's verdict equals tau2's "
+            f"own evaluator on {b['parity']} of the model's transcripts. The customer's scenario is one message with "
+            "no simulated user, so these are not the benchmark's leaderboard numbers (docs/stateful.md)."
+        ),
+    ]
+
+
 def _hack_detection(h: dict[str, Any]) -> list[str]:
     runs = h["runs"]
     hacked = [name for name, r in runs.items() if r["hacked"]]
@@ -259,6 +274,7 @@ def sections() -> list[str]:
         ("vs_trl_demo", _vs_trl),
         ("bfcl_parity", _bfcl_parity),
         ("hack_detection", _hack_detection),
+        ("tau2_retail", _tau2_retail),
     ):
         result = load(name)
         if result:

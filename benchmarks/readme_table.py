@@ -332,6 +332,18 @@ def rows() -> list[str]:
         if t:
             out += _transfer(t, what)
     out.append(_bfcl_parity_row())
+    t = load("tau2_retail")
+    if t and "base" in t:
+        b = t["base"]
+        fig = (
+            f"pass {100 * b['pass_rate']:.0f}%, action match {100 * b['action_match']:.0f}%, "
+            f"episodes with a valid call {100 * b['tool_call_prob']:.0f}% over {b['tasks']} test tasks; grpolab's verdict equals tau2's own on "
+            f"{b['parity']} transcripts"
+        )
+        out.append(
+            f"| τ²-bench retail, base SmolLM2, solo setting (docs/stateful.md) | {fig} | `{t['command']}` | "
+            f"{t['date']} |"
+        )
     h = load("hack_detection")
     if h:
         out.append(
