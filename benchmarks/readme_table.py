@@ -337,8 +337,8 @@ def rows() -> list[str]:
         b = t["base"]
         fig = (
             f"pass {100 * b['pass_rate']:.0f}%, action match {100 * b['action_match']:.0f}%, "
-            f"episodes with a valid call {100 * b['tool_call_prob']:.0f}% over {b['tasks']} test tasks; grpolab's verdict equals tau2's own on "
-            f"{b['parity']} transcripts"
+            f"episodes with a valid call {100 * b['tool_call_prob']:.0f}% over {b['tasks']} test tasks; "
+            f"grpolab's verdict equals tau2's own on {b['parity']} transcripts"
         )
         out.append(
             f"| τ²-bench retail, base SmolLM2, solo setting (docs/stateful.md) | {fig} | `{t['command']}` | "
