@@ -136,3 +136,15 @@ def without_last_write(calls):
     reads = ("get_", "find_", "list_", "calculate", "transfer_")
     last = max(i for i, (name, _) in enumerate(calls) if not name.startswith(reads))
     return calls[:last] + calls[last + 1 :]
+
+
+def test_calls_with_missing_arguments_earn_no_action_credit(retail):
+    """tau2's matcher compares only the keys a call has: `cancel_pending_order({})` would match every cancellation."""
+    task = next(t for t in retail.tasks("heldout") if any(n == "cancel_pending_order" for n, _ in t.reference_calls))
+    tools = retail.start_episode(task).toolbox
+    text = "".join(
+        render_tool_call(name, {}) + render_tool_response(tools.execute(name, {}))
+        for name in sorted({n for n, _ in task.reference_calls})
+    )
+    score = score_transcript(retail, task, text + task.reference_answer, count_tokens=len)
+    assert score.components["actions"] == 0.0 and score.components["completion"] == 0.0, score.reasons

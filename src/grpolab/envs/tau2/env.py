@@ -109,12 +109,14 @@ def missing_information(task: Task, final_answer: str) -> list[str]:
 
 def action_match(replay: Any, task: Task, env: Any, ctx: Any) -> tuple[float, str]:
     """The fraction of the task's reference actions the episode made (name and compared arguments, as the
-    benchmark matches them); 1 when the task has none."""
+    benchmark matches them), counting only schema-valid calls: the benchmark compares just the keys a call has, so
+    `cancel_pending_order({})` would match every cancellation. 1 when the task has none."""
     from tau2.data_model.message import ToolCall
 
     actions = task.truth.evaluation_criteria.actions or []
     if not actions:
         return 1.0, "no reference actions"
-    made = [ToolCall(id="", name=name, arguments=args) for name, args in replay.evidence.calls]
+    valid = [(c.name, c.arguments) for c, problem in zip(replay.calls, replay.call_problems) if problem is None]
+    made = [ToolCall(id="", name=n, arguments=a) for n, a in replay.evidence.calls if (n, a) in valid]
     matched = [a.name for a in actions if any(a.compare_with_tool_call(call) for call in made)]
     return len(matched) / len(actions), f"{len(matched)}/{len(actions)} reference actions made"
