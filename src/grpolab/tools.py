@@ -83,17 +83,7 @@ class Tool:
 
     def validation_error(self, arguments: Any) -> str | None:
         """Why these arguments do not fit the schema, or None when they do."""
-        if not isinstance(arguments, dict):
-            return "arguments must be a JSON object"
-        depth = value_depth(arguments)
-        if depth > MAX_NESTING:  # jsonschema recurses over the value and builds messages from all of it
-            return f"arguments nest more than {MAX_NESTING} levels deep (the limit)"
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
-        if not errors:
-            return None
-        err = errors[0]
-        where = ".".join(str(p) for p in err.path) or "arguments"
-        return f"{where}: {err.message[:200]}"
+        return argument_problem(self._validator, arguments)
 
     def run(self, arguments: Any) -> dict[str, Any]:
         """Validate and execute; always returns a JSON-serialisable dict, `{"error": ...}` on any failure."""
@@ -109,6 +99,21 @@ class Tool:
         if response is None:
             return ToolResult({"error": f"{self.name} timed out after {self.timeout_s:g}s"}, timed_out=True)
         return ToolResult(cap_output(response))
+
+
+def argument_problem(validator: jsonschema.protocols.Validator, arguments: Any) -> str | None:
+    """Why `arguments` do not fit the schema `validator` checks, or None when they do (any tool's arguments)."""
+    if not isinstance(arguments, dict):
+        return "arguments must be a JSON object"
+    depth = value_depth(arguments)
+    if depth > MAX_NESTING:  # jsonschema recurses over the value and builds messages from all of it
+        return f"arguments nest more than {MAX_NESTING} levels deep (the limit)"
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+    if not errors:
+        return None
+    err = errors[0]
+    where = ".".join(str(p) for p in err.path) or "arguments"
+    return f"{where}: {err.message[:200]}"
 
 
 class ToolTimeout(BaseException):

@@ -16,8 +16,7 @@ import jsonschema
 
 from grpolab.calculator import CalculatorError, calculate
 from grpolab.envs.tau2.package import tau2
-from grpolab.files.limits import MAX_NESTING
-from grpolab.tools import cap_output, value_depth
+from grpolab.tools import argument_problem, cap_output
 
 MAX_RESPONSE_CHARS = 4000
 """Longer than grpolab's 2,000 (`tools.MAX_OUTPUT_CHARS`): 24 of the 50 products' details exceed it (3,370 at most)."""
@@ -58,15 +57,7 @@ class Tau2Tool:
         self.schema, self.parameters, self._validator = spec.schema, spec.parameters, spec.validator
 
     def validation_error(self, arguments: Any) -> str | None:
-        if not isinstance(arguments, dict):
-            return "arguments must be a JSON object"
-        if value_depth(arguments) > MAX_NESTING:
-            return f"arguments nest more than {MAX_NESTING} levels deep (the limit)"
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
-        if not errors:
-            return None
-        where = ".".join(str(p) for p in errors[0].path) or "arguments"
-        return f"{where}: {errors[0].message[:200]}"
+        return argument_problem(self._validator, arguments)
 
     def run(self, arguments: Any) -> dict[str, Any]:
         problem = self.validation_error(arguments)

@@ -74,6 +74,13 @@ def shop_tools(db: Database) -> list:
         rows = db.query("SELECT * FROM orders WHERE order_id = ?", order_id.strip())
         return rows[0] if rows else {"error": f"no order {order_id[:20]!r}"}
 
+    def pending_order(order_id: str) -> dict:
+        """The order if it is still pending (only those may change), else the error the model sees."""
+        order = get_order(order_id)
+        if "error" not in order and order["status"] != "pending":
+            return {"error": f"order {order_id} is {order['status']}, not pending"}
+        return order
+
     def cancel_order(order_id: str, reason: Reason) -> dict:
         """Cancel a pending order (shipped and delivered orders cannot be cancelled).
 
@@ -81,9 +88,9 @@ def shop_tools(db: Database) -> list:
             order_id: The order's id, e.g. "#1004".
             reason: Why the customer cancels.
         """
-        order = get_order(order_id)
-        if "error" in order or order["status"] != "pending":
-            return order if "error" in order else {"error": f"order {order_id} is {order['status']}, not pending"}
+        order = pending_order(order_id)
+        if "error" in order:
+            return order
         oid = order["order_id"]  # the id as stored (the model's may carry spaces)
         db.change("UPDATE orders SET status = 'cancelled', cancel_reason = ? WHERE order_id = ?", reason, oid)
         return get_order(oid)
@@ -95,9 +102,9 @@ def shop_tools(db: Database) -> list:
             order_id: The order's id, e.g. "#1004".
             address: The new shipping address.
         """
-        order = get_order(order_id)
-        if "error" in order or order["status"] != "pending":
-            return order if "error" in order else {"error": f"order {order_id} is {order['status']}, not pending"}
+        order = pending_order(order_id)
+        if "error" in order:
+            return order
         oid = order["order_id"]
         db.change("UPDATE orders SET address = ? WHERE order_id = ?", address.strip()[:200], oid)
         return get_order(oid)
