@@ -158,6 +158,8 @@ class TrainConfig(_Section):
     """TRL's report_to (e.g. ["wandb", "tensorboard"]; natively only trackio); empty: trackio if train.trackio."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """dtype of the update, reference and SFT passes (autocast; weights and loss stay fp32); auto: measured per host."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the native engine runs: auto takes a CUDA device when torch sees one (`engine.device`), else the CPU."""
 
     @property
     def reporters(self) -> list[str]:

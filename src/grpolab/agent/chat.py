@@ -34,12 +34,12 @@ import torch
 
 from grpolab.agent.export import merged_model
 from grpolab.config import LabConfig, RolloutConfig
-from grpolab.engine.policy import load_run_policy
+from grpolab.engine.policy import engine_model, load_run_policy
 from grpolab.engine.rollout import Episode, SamplingSettings, TurnRules, sample_next
 from grpolab.envs import env_for
 from grpolab.envs.base import Environment, EpisodeState, Task, question_task
 from grpolab.errors import UserError
-from grpolab.models import cache_keyword, cache_of, load_model
+from grpolab.models import cache_keyword, cache_of
 from grpolab.protocol import parse_transcript, response_json
 
 EventKind = Literal["delta", "thought", "text", "tool_call", "tool_response", "answer", "error"]
@@ -154,7 +154,7 @@ class ChatSession:
         self.last_transcript = ""
         self._state: EpisodeState | None = None
         """A stateful environment's tools and state, made at the first question and kept for the conversation."""
-        self._generator = torch.Generator().manual_seed(self.settings.seed)
+        self._generator = torch.Generator(device="cpu").manual_seed(self.settings.seed)
         config = getattr(model, "config", None)
         self._context = getattr(config, "max_position_embeddings", None) or 1 << 62
 
@@ -167,7 +167,7 @@ class ChatSession:
     @classmethod
     def from_config(cls, cfg: LabConfig, **overrides: Any) -> ChatSession:
         """cfg.model (smollm2, tiny, an HF id or an exported folder) with cfg.env's tools and prompt."""
-        model, tokenizer = load_model(cfg.model, seed=cfg.seed)
+        model, tokenizer = engine_model(cfg.model, cfg)
         return cls(model, tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides))
 
     def messages(self, question: str) -> list[dict[str, str]]:

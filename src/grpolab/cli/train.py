@@ -28,11 +28,10 @@ from grpolab.cli.options import (
 )
 from grpolab.config import DEMO_CONFIG, field_doc
 from grpolab.engine.evaluate import evaluate, task_verdicts
-from grpolab.engine.policy import load_run_policy
+from grpolab.engine.policy import engine_model, load_run_policy
 from grpolab.envs import env_for
 from grpolab.errors import UserError
 from grpolab.files.outputs import output_folder
-from grpolab.models import load_model
 from grpolab.run.loop import train as run_training
 from grpolab.rundir import RunDir
 from grpolab.vocabulary import CONVERGENCE, HELDOUT_HEADLINE, HELDOUT_N, HELDOUT_SUCCESS, SPECS, SUCCESS
@@ -159,7 +158,7 @@ def eval_(
         files = [str(d) for d in data] if data else None
         cfg = resolve_config(config, env, model, seed, weights, plugins=plugin, data=files, task_kinds=category or None)
         environment = env_for(cfg)
-        policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
+        policy, tokenizer = engine_model(cfg.model, cfg)
     summary, episodes = evaluate(policy, tokenizer, environment, cfg, split, limit)  # type: ignore[arg-type]
     if json:
         print_json({"model": cfg.model, "env": cfg.env, "split": split, **summary, "tasks": task_verdicts(episodes)})

@@ -29,11 +29,10 @@ from grpolab.cli.options import (
     writing_to,
 )
 from grpolab.engine.evaluate import evaluate
-from grpolab.engine.policy import load_policy
+from grpolab.engine.policy import engine_model, load_policy
 from grpolab.envs import env_for
 from grpolab.files.outputs import output_target, write_output
 from grpolab.metrics import episode_row
-from grpolab.models import load_model
 from grpolab.report.changes import change_lines, changes_html, what_changed
 from grpolab.report.html import render_report
 from grpolab.report.trajectories import page, side_by_side
@@ -75,7 +74,7 @@ def check(
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
     environment = env_for(cfg)
     check_weights(cfg, environment)  # before the model loads
-    policy, tokenizer = load_model(cfg.model, seed=cfg.seed)
+    policy, tokenizer = engine_model(cfg.model, cfg)
     report = run_check(policy, tokenizer, environment, cfg, prompts, group_size)
     if target is not None:
         with writing_to(target.named, "--save"):

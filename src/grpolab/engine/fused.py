@@ -73,7 +73,7 @@ def effective_weight(module: nn.Module) -> tuple[Tensor, Tensor | None] | None:
         return None
     for adapter in active:
         weight = weight + module.get_delta_weight(adapter).detach()
-    return weight, bias
+    return weight.to(base.weight.dtype), bias  # fp32 adapters on bf16 weights: the layer's input is in bf16
 
 
 @torch.no_grad()

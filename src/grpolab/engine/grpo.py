@@ -217,7 +217,7 @@ def grpo_loss(
     if is_weights is not None:
         policy = policy * is_weights
     per_token = policy
-    kl_mean = torch.zeros(())
+    kl_mean = torch.zeros((), device=logp.device)
     if ref_logp is not None and beta > 0:
         kl = k3_kl(logp, ref_logp)
         per_token = per_token + beta * kl

@@ -306,17 +306,18 @@ def make_batch(
     B = len(prompts)
     L = max(len(p) + len(c) for p, c in zip(prompts, completions))
     K = max(max(len(c) for c in completions), 1)
-    input_ids = torch.full((B, L), pad, dtype=torch.long)
-    attention = torch.zeros((B, L), dtype=torch.long)
-    targets = torch.full((B, K), pad, dtype=torch.long)
-    mask = torch.zeros((B, K), dtype=torch.float32)
+    cpu = "cpu"  # built here, moved to the model's device by the pass that runs it (`token_logprobs`)
+    input_ids = torch.full((B, L), pad, dtype=torch.long, device=cpu)
+    attention = torch.zeros((B, L), dtype=torch.long, device=cpu)
+    targets = torch.full((B, K), pad, dtype=torch.long, device=cpu)
+    mask = torch.zeros((B, K), dtype=torch.float32, device=cpu)
     for i, (p, c, m) in enumerate(zip(prompts, completions, masks)):
         seq = p + c
-        input_ids[i, L - len(seq) :] = torch.tensor(seq)
+        input_ids[i, L - len(seq) :] = torch.tensor(seq, device=cpu)
         attention[i, L - len(seq) :] = 1
         if c:
-            targets[i, K - len(c) :] = torch.tensor(c)
-            mask[i, K - len(c) :] = torch.tensor(m, dtype=torch.float32)
+            targets[i, K - len(c) :] = torch.tensor(c, device=cpu)
+            mask[i, K - len(c) :] = torch.tensor(m, dtype=torch.float32, device=cpu)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     return SequenceBatch(input_ids, attention, positions, targets, mask)
 

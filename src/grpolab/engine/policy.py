@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
+from grpolab.engine.device import place
 from grpolab.engine.precision import PrecisionChoice, choose_precision
 from grpolab.engine.sft import reference_tokens
 from grpolab.envs.base import Environment
@@ -52,12 +53,20 @@ def load_warm_start(path: Path) -> dict[str, Any]:
         ) from None
 
 
+def engine_model(name: str, cfg: LabConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) by name, on the device `train.device` names, in the dtype chosen for it there."""
+    model, tokenizer = load_model(name, seed=cfg.seed)
+    return place(model, cfg.train.device, cfg.lora.enabled), tokenizer
+
+
 def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, Any, Any]:
-    """(policy, tokenizer, reference): reference is None with LoRA (adapters off), else a frozen full copy."""
+    """(policy, tokenizer, reference): reference is None with LoRA (adapters off), else a frozen full copy; on the
+    device `train.device` names."""
     torch.manual_seed(cfg.seed)
     model, tokenizer = load_model(cfg.model, seed=cfg.seed)
     if warm_start is not None:
         model = apply_warm_start(model, cfg, warm_start)
+    model = place(model, cfg.train.device, cfg.lora.enabled)
     if not cfg.lora.enabled:
         reference = copy.deepcopy(model).eval()
         for p in reference.parameters():
@@ -87,7 +96,7 @@ def load_policy(spec: str, cfg: LabConfig) -> tuple[Any, Any, LabConfig]:
     path = Path(spec)
     if RunDir(path).is_run():
         return load_run_policy(path)[:3]
-    model, tokenizer = load_model(spec, seed=cfg.seed)
+    model, tokenizer = engine_model(spec, cfg)
     return model, tokenizer, cfg
 
 

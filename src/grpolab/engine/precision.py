@@ -87,16 +87,16 @@ def _gflops(a: torch.Tensor, w: torch.Tensor, reps: int = 5) -> float:
 @functools.cache
 def matmul_rates(hidden: int, intermediate: int) -> dict[str, float]:
     """GFLOP/s of fp32 and bf16 matmuls at the model's MLP shapes (up and down projections), once per process."""
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device="cpu").manual_seed(0)  # a probe of the CPU's kernels
     rates: dict[str, float] = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         up = _gflops(
-            torch.randn(PROBE_TOKENS, hidden, generator=gen).to(dtype),
-            torch.randn(intermediate, hidden, generator=gen).to(dtype),
+            torch.randn(PROBE_TOKENS, hidden, generator=gen, device="cpu").to(dtype),
+            torch.randn(intermediate, hidden, generator=gen, device="cpu").to(dtype),
         )
         down = _gflops(
-            torch.randn(PROBE_TOKENS, intermediate, generator=gen).to(dtype),
-            torch.randn(hidden, intermediate, generator=gen).to(dtype),
+            torch.randn(PROBE_TOKENS, intermediate, generator=gen, device="cpu").to(dtype),
+            torch.randn(hidden, intermediate, generator=gen, device="cpu").to(dtype),
         )
         rates[f"{name}_gflops"] = round(2 / (1 / up + 1 / down), 1)  # the rate of the pair, by time
     return rates

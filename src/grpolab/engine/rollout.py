@@ -149,7 +149,9 @@ def sample_next(logits: Tensor, s: SamplingSettings, generator: torch.Generator 
         # inverse-CDF sampling: one uniform per row (torch.multinomial took 20 ms for 16 x 49,152 on this CPU, as
         # much as a third of a decode step; this takes under 1 ms and draws from the same distribution)
         cdf = probs.cumsum(-1)  # (R, V)
-        u = torch.rand((len(cdf), 1), generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
+        # drawn on the generator's device (the CPU's: the same seed draws the same uniforms on any device)
+        where = generator.device if generator is not None else cdf.device
+        u = torch.rand((len(cdf), 1), generator=generator, dtype=cdf.dtype, device=where).to(cdf.device) * cdf[:, -1:]
         ids = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
 

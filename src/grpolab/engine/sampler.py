@@ -22,13 +22,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from grpolab.errors import UserError
+
 
 @functools.cache
 def full_range_is_exact() -> bool:
     """Whether fbgemm's dynamic int8 linear is as accurate with the full 8-bit activation range as with 7 bits on
     this CPU (true with VNNI; false where int16 accumulation saturates): one probe layer, fixed random inputs."""
-    gen = torch.Generator().manual_seed(0)
-    w, x = torch.randn(256, 512, generator=gen), torch.randn(16, 512, generator=gen)
+    gen = torch.Generator(device="cpu").manual_seed(0)  # fbgemm's kernels are the CPU's
+    w, x = torch.randn(256, 512, generator=gen, device="cpu"), torch.randn(16, 512, generator=gen, device="cpu")
     packed = int8_packed(w, None)
     exact = x @ w.T
     error = {r: float((torch.ops.quantized.linear_dynamic(x, packed, r) - exact).norm()) for r in (False, True)}
@@ -39,7 +41,8 @@ def int8_packed(weight: Tensor, bias: Tensor | None) -> Any:
     """fbgemm's packed linear: int8 weights per output channel (symmetric, scale max |w| / 127), fp32 bias."""
     w = weight.float()
     scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
-    qweight = torch.quantize_per_channel(w, scales, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+    zero_points = torch.zeros(w.shape[0], dtype=torch.long, device=w.device)
+    qweight = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
     return torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.float())
 
 
@@ -109,5 +112,13 @@ def is_adapter(name: str) -> bool:
 
 
 def make_sampler(policy: Any, engine: str) -> ExactSampler | Int8Sampler:
-    """The rollout copy for `rollout.engine`."""
-    return Int8Sampler(policy) if engine == "int8" else ExactSampler(policy)
+    """The rollout copy for `rollout.engine` (int8 is fbgemm's: CPU only)."""
+    if engine != "int8":
+        return ExactSampler(policy)
+    device = next(policy.parameters()).device
+    if device.type != "cpu":
+        raise UserError(
+            f"rollout.engine = int8 runs on the CPU only (fbgemm's kernels), and this run's model is on {device}",
+            'set rollout.engine = "exact" (a GPU decodes without it), or train.device = "cpu"',
+        )
+    return Int8Sampler(policy)

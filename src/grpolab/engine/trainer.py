@@ -94,7 +94,7 @@ def sampler_logp(episodes: list[Episode], like: Tensor) -> Tensor:
     """(B, K) log-probs the rollout recorded, aligned with the trainer's `like` (0 on tool output and padding)."""
     out = torch.zeros_like(like)
     for i, e in enumerate(episodes):
-        out[i, : len(e.logprobs)] = torch.tensor(e.logprobs, dtype=like.dtype)
+        out[i, : len(e.logprobs)] = torch.tensor(e.logprobs, dtype=like.dtype, device=like.device)
     return out
 
 
@@ -104,7 +104,8 @@ def step_prompts(tasks: list[Task], cfg: LabConfig, step: int, attempt: int = 0)
 
 
 def step_generator(cfg: LabConfig, step: int, attempt: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 101 + attempt)
+    """The rollout's random stream of a step: a CPU generator on any device (`rollout.sample_next`)."""
+    return torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + step * 101 + attempt)
 
 
 @dataclass
@@ -273,7 +274,7 @@ class GRPOTrainer:
                         stats.logp,
                         old,
                         c.ref,
-                        advantages[c.index],
+                        advantages[c.index].to(stats.logp.device),
                         mask,
                         cfg.beta,
                         cfg.epsilon,
@@ -348,7 +349,8 @@ class GRPOTrainer:
         m: dict[str, Any] = {"step": step, GROUPS_DROPPED: dropped, GROUPS_RESAMPLED: resampled, SKIPPED: 0.0}
         if not episodes:
             return StepResult({**m, SKIPPED: 1.0, SKIP_REASON: "every group had equal rewards"})
-        rewards = torch.tensor([e.score.total for e in episodes], dtype=torch.float32).view(-1, G)  # (P, G)
+        # rewards and advantages are a few numbers: kept on the CPU, each chunk's moved to the model's device
+        rewards = torch.tensor([e.score.total for e in episodes], dtype=torch.float32, device="cpu").view(-1, G)
         m.update(episode_metrics(episodes))
         m.update(group_stats(rewards.tolist()))
         if not torch.isfinite(rewards).all():
@@ -368,8 +370,9 @@ class GRPOTrainer:
             return group_advantages(rewards, scale=g.scale_rewards)
         names = list(self.cfg.reward.weights)
         components = [[e.score.components.get(n, 0.0) if e.score else 0.0 for n in names] for e in episodes]
-        weights = torch.tensor([self.cfg.reward.weights[n] for n in names])
-        return decoupled_advantages(torch.tensor(components).view(*rewards.shape, len(names)), weights)
+        weights = torch.tensor([self.cfg.reward.weights[n] for n in names], device="cpu")
+        by_component = torch.tensor(components, device="cpu").view(*rewards.shape, len(names))
+        return decoupled_advantages(by_component, weights)
 
     def run(self, first: int, last: int, on_step: Callable[[StepResult], bool]) -> None:
         """Steps `first`..`last`; `on_step` records each one and returns True to stop early."""
@@ -385,4 +388,4 @@ class GRPOTrainer:
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint's `state()`."""
         if "torch_rng" in state:
-            torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+            torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8, device="cpu"))

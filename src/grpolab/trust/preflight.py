@@ -105,7 +105,8 @@ def learnability(
 ) -> tuple[dict[str, Any], list[Episode]]:
     tasks = _spread(env.tasks("train"), prompts)
     settings = sampling_settings(cfg)
-    episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, torch.Generator().manual_seed(cfg.seed))
+    generator = torch.Generator(device="cpu").manual_seed(cfg.seed)
+    episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, generator)
     score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
     per_prompt = []
     for g, task in enumerate(tasks):
