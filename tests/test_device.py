@@ -26,7 +26,19 @@ ENGINE_FILES = [
     SRC / "trl" / "backend.py",
     SRC / "trust" / "preflight.py",
 ]
-CONSTRUCTORS = {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "rand", "randn", "randint", "Generator"}
+CONSTRUCTORS = {
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "arange",
+    "rand",
+    "randn",
+    "randint",
+    "Generator",
+}
 GB = 1024**3
 
 
