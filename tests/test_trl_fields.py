@@ -141,3 +141,14 @@ def test_trl_section_with_an_unknown_key_exits_2_naming_it(tmp_path, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "lose_type" in err and "loss_type" in err and not (tmp_path / "s.py").exists()
+
+
+def test_use_vllm_is_said_to_generate_nothing_and_the_script_says_why():
+    pytest.importorskip("trl")
+    assert not any("vLLM" in n for n in trl_section_notes(load_config(None, {"trl": {"use_vllm": False}})))
+    notes = trl_section_notes(load_config(None, {"trl": {"use_vllm": True}}))
+    assert any("nothing is generated in vLLM" in n for n in notes)
+    from grpolab.trl.export import render_script
+
+    text = render_script(load_config(None, {"model": "tiny"}))
+    assert "vLLM is not used, on purpose" in text and "splices its output" in text

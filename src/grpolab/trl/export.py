@@ -199,11 +199,12 @@ Two CPU processes:      accelerate launch --config_file accelerate_cpu2.yaml {sc
 GPUs, DeepSpeed ZeRO-2: accelerate launch --config_file accelerate_zero2.yaml {script}
 (also accelerate_zero3.yaml and accelerate_fsdp.yaml; set num_processes there to your GPU count)
 
-vLLM: TRL generates with vLLM when GRPOConfig(use_vllm=True, vllm_mode="colocate") is set, or with
-vllm_mode="server" beside `trl vllm-serve --model MODEL`. This script's rollouts come from grpolab's `LabRollout`
-(rollout_func), which decodes with the policy in transformers so that the protocol, the tool execution and the
-token masks are exactly the lab's; TRL still syncs the weights to vLLM, but only `rollout_func`s that call
-`trainer.vllm_generation` generate there. Tool output is returned with env_mask 0 and is excluded from the loss.
+vLLM is not used, on purpose. The rollouts come from grpolab's `LabRollout` (rollout_func): it decodes with the
+policy in transformers, stops each turn at a tool call, runs the tool, splices its output into the sequence
+mid-episode (env_mask 0, excluded from the loss) and goes on decoding, so that the protocol, the tool execution
+and the token masks are exactly the lab's. TRL's vLLM path generates whole completions per prompt, with none of
+this. Setting use_vllm=True (in the config's [trl] section) would load vLLM and sync the weights to it every step
+while nothing is generated there: export-trl says so when it is set.
 
 {chr(10).join(needs_lines)}
 Arguments: [OUTPUT_DIR] (default: {default_out})

@@ -170,12 +170,19 @@ def _with_section(settings: list[Setting], section: dict[str, Any]) -> list[Sett
 def trl_section_notes(cfg: LabConfig) -> list[str]:
     """What the `[trl]` section changes, one line per key (said by export-trl and the trl backend)."""
     mapped = {s.name: s for s in _mapped_settings(cfg, "o")}
-    return [
+    section = trl_section(cfg)
+    notes = [
         f"[trl] {k} = {v!r} overrides {mapped[k].value!r} from {mapped[k].source}"
         if k in mapped
         else f"[trl] {k} = {v!r} (not set by the lab config)"
-        for k, v in trl_section(cfg).items()
+        for k, v in section.items()
     ]
+    if section.get("use_vllm"):
+        notes.append(
+            "[trl] use_vllm = true loads vLLM and syncs the weights to it every step, but the lab's rollout_func "
+            "decodes in transformers (tool calls, tool output spliced mid-episode): nothing is generated in vLLM"
+        )
+    return notes
 
 
 def lora_settings(cfg: LabConfig) -> list[Setting] | None:
@@ -244,6 +251,7 @@ MAPPED: dict[str, str] = {
 _RUN_LOOP = "the run loop does it for both backends (the exported script: see `unsupported`)"
 NOT_APPLICABLE: dict[str, str] = {
     "train.backend": "it chooses TRL",
+    "train.device": "TRL and accelerate place the model (a GPU where torch sees one); the field is the native engine's",
     "train.sft_steps": f"the SFT warm start runs before TRL starts; {_RUN_LOOP}",
     "train.sft_learning_rate": f"SFT warm start; {_RUN_LOOP}",
     "train.sft_batch_size": f"SFT warm start; {_RUN_LOOP}",
