@@ -240,12 +240,12 @@ def test_trl_micro_batches_give_the_one_batch_loss(trainer, monkeypatch, loss_ty
 
 def test_the_trl_step_is_micro_batched_within_the_native_token_budget(tmp_path):
     from grpolab.config import DEMO_CONFIG
-    from grpolab.trl.settings import grpo_settings, micro_batch, micro_batch_cap
+    from grpolab.trl.settings import grpo_settings, longest_prompt, micro_batch, micro_batch_cap
 
-    demo = load_config(DEMO_CONFIG)  # 16 episodes of up to 2 x 160 policy tokens
+    demo = load_config(DEMO_CONFIG)  # 16 episodes of a ~390-token prompt and up to 2 x 160 policy tokens
     args = {s.name: s.value for s in grpo_settings(demo, "o")}
-    assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (4, 4)
-    assert args["steps_per_generation"] == 4  # one generation batch, the whole step, per optimizer step
+    assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (2, 8)
+    assert args["steps_per_generation"] == 8  # one generation batch, the whole step, per optimizer step
     bnpo = {
         s.name: s.value
         for s in grpo_settings(
@@ -254,8 +254,11 @@ def test_the_trl_step_is_micro_batched_within_the_native_token_budget(tmp_path):
     }
     assert (bnpo["per_device_train_batch_size"], bnpo["gradient_accumulation_steps"]) == (16, 1)
     assert [micro_batch(n, 4) for n in (16, 8, 12, 6, 7, 1)] == [4, 4, 4, 3, 1, 1]
-    assert micro_batch_cap(demo) == 5
-    # the script decides it where it runs: two processes take 8 episodes each, in 2 micro-batches of 4
+    # TRL runs each episode's prompt again: 1600 positions // (389 + 320) = 2 episodes (without it: 5)
+    assert longest_prompt(demo) == 389 and micro_batch_cap(demo) == 2
+    longer = demo.model_copy(update={"rollout": demo.rollout.model_copy(update={"max_new_tokens": 2000})})
+    assert micro_batch_cap(longer) == 1
+    # the script decides it where it runs: two processes take 8 episodes each, in 4 micro-batches of 2
     script = tmp_path / "train_grpo.py"
     export_trl(load_config(DEMO_CONFIG, {"model": "tiny"}), script)
     env = {**os.environ, "WORLD_SIZE": "2"}
@@ -265,7 +268,7 @@ def test_the_trl_step_is_micro_batched_within_the_native_token_budget(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[-2:] == ["4", "2"]
+    assert done.stdout.split()[-2:] == ["2", "4"]
     text = script.read_text()  # (GRPOConfig itself needs the launcher's process group for WORLD_SIZE=2)
     for arg in ("per_device_train_batch_size=MICRO_BATCH", "gradient_accumulation_steps=EPISODES_PER_STEP // "):
         assert arg in text, arg

@@ -59,12 +59,42 @@ def grpo_settings(cfg: LabConfig, output_dir: str) -> list[Setting]:
 
 def micro_batch_cap(cfg: LabConfig) -> int:
     """The most episodes TRL runs in one forward and backward: as many as fit the native engine's
-    MICRO_BATCH_TOKENS at their full policy budget (rollout.max_new_tokens x rollout.max_turns each; TRL pads each
-    to the longest and runs every prompt again, so its micro-batches hold more positions than the native ones).
+    MICRO_BATCH_TOKENS, an episode counted at its longest prompt plus its full policy budget
+    (rollout.max_new_tokens x rollout.max_turns). Unlike the native update, which runs a group's prompt once, TRL
+    runs every episode's prompt again and pads each to the longest: at the demo's shape, 4 episodes a micro-batch
+    without the prompt counted held ~3,000 positions and TRL peaked at 12.5 GB (benchmarks/vs_trl.py --shape demo).
     bnpo keeps them all in one: TRL takes its token mean per micro-batch, which would change the loss."""
     if cfg.grpo.loss_type == "bnpo":
         return cfg.train.prompts_per_step * cfg.rollout.group_size
-    return max(1, MICRO_BATCH_TOKENS // (cfg.rollout.max_new_tokens * cfg.rollout.max_turns))
+    episode = longest_prompt(cfg) + cfg.rollout.max_new_tokens * cfg.rollout.max_turns
+    return max(1, MICRO_BATCH_TOKENS // episode)
+
+
+def longest_prompt(cfg: LabConfig) -> int:
+    """Tokens of the config's longest train prompt in its episode format, or 0 where the model's tokenizer is not
+    at hand (a Hugging Face id not cached here: the cap then counts the policy budget alone)."""
+    return _longest_prompt(
+        cfg.model_dump_json(
+            include={"model", "env", "task_kinds", "prompt_example", "data", "data_env", "plugins", "rollout"}
+        )
+    )
+
+
+@lru_cache(maxsize=8)
+def _longest_prompt(key: str) -> int:
+    from grpolab.envs import env_for  # the env and tokenizer: only where a micro-batch is sized
+    from grpolab.formats import checked_format
+    from grpolab.models import load_tokenizer
+
+    cfg = LabConfig.model_validate_json(key)
+    try:
+        tokenizer = load_tokenizer(cfg.model)
+    except UserError:
+        return 0
+    env = env_for(cfg)
+    fmt = checked_format(tokenizer, env, cfg.rollout.format, cfg.rollout.tool_syntax)
+    tasks = sorted(env.tasks("train"), key=lambda t: -len(str(env.messages(t))))[:8]  # the longest texts
+    return max((len(fmt.prompt_ids(env, t)) for t in tasks), default=0)
 
 
 def micro_batch(per_process: int, cap: int) -> int:
