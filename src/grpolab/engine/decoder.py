@@ -18,6 +18,12 @@ decoder is built, so `disable_adapter()` around the build gives the reference. A
 fused (the int8 rollout copy) runs them through its modules, adapters applied unmerged as in training. Supported:
 llama, mistral, qwen2, qwen3 (q/k norms) and smollm3 (layers without RoPE); `supports(model)` says whether a model
 can use it, else the rollout falls back to decoding one episode at a time through `model.forward`.
+
+The decoder calls its modules' `forward` directly, so no module hook runs. A sharded model's hooks (an FSDP unit's,
+ZeRO-3's) would gather and free weights at every call: a collective per token, which processes decoding different
+numbers of tokens never match, and FSDP2 takes the first unit called as its root. The weights are instead made
+whole once per rollout (`grpolab.engine.gather.full_parameters`, which `run_episodes` enters), and a decoder built
+on shards refuses.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from grpolab.engine.fused import FusedLayer, PackedLinear, effective_weight, fuse_layers
+from grpolab.engine.gather import sharded_parameter
+from grpolab.errors import UserError
 
 SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "smollm3"}
 
@@ -116,6 +124,12 @@ class FastDecoder:
     The weights are read when the decoder is built (`fused`): build one per rollout, after the update."""
 
     def __init__(self, model: Any, fused: bool = True, packed: bool = True, direct: bool = True):
+        if (name := sharded_parameter(model)) is not None:
+            raise UserError(
+                f"the fast decoder got a sharded model (ZeRO-3 or FSDP): parameter {name!r} is only this process's "
+                "shard",
+                "build the decoder inside `with grpolab.engine.gather.full_parameters(model):`, as run_episodes does",
+            )
         self.model = model
         self.direct = direct
         """Attention for one token per row as two batched matmuls instead of SDPA (see `_attention`)."""
@@ -130,7 +144,7 @@ class FastDecoder:
         self.rope = [bool(no_rope[i]) if no_rope else True for i in range(len(self.inner.layers))]
         self.fused: list[FusedLayer] | None = fuse_layers(self.inner.layers, packed) if fused else None
         head = effective_weight(lm.lm_head) if self.fused is not None else None
-        self.head: Any = lm.lm_head if head is None else PackedLinear(head[0], head[1], packed)
+        self.head: Any = lm.lm_head.forward if head is None else PackedLinear(head[0], head[1], packed)
 
     @property
     def param(self) -> Tensor:
@@ -159,15 +173,15 @@ class FastDecoder:
         Returns the final hidden state at each row's last valid token, (R, hidden)."""
         R, n = ids.shape
         chunk = self._chunk(kv, rows, n)
-        x = self.inner.embed_tokens(ids)  # (R, n, hidden)
-        cos, sin = self.inner.rotary_emb(x, chunk.cols)
+        x = self.inner.embed_tokens.forward(ids)  # (R, n, hidden)
+        cos, sin = self.inner.rotary_emb.forward(x, chunk.cols)
         for i, layer in enumerate(self.inner.layers):
-            h = layer.input_layernorm(x)
+            h = layer.input_layernorm.forward(x)
             w = self.fused[i] if self.fused is not None else None
             x = x + self._attention(layer.self_attn, i, h, kv, chunk, cos, sin, w)
-            h = layer.post_attention_layernorm(x)
+            h = layer.post_attention_layernorm.forward(x)
             if w is None:
-                x = x + layer.mlp(h)
+                x = x + layer.mlp.forward(h)
             else:
                 gate, up = w.gate_up(h).chunk(2, dim=-1)
                 x = x + w.down(layer.mlp.act_fn(gate) * up)
@@ -176,7 +190,7 @@ class FastDecoder:
             kv.lengths += n_valid
         else:
             kv.lengths[rows] += n_valid
-        return self.inner.norm(last)
+        return self.inner.norm.forward(last)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """(R, hidden) -> (R, vocab) in fp32."""
@@ -195,14 +209,14 @@ class FastDecoder:
     ) -> Tensor:
         R, n, _ = h.shape
         if w is None:
-            q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+            q, k, v = attn.q_proj.forward(h), attn.k_proj.forward(h), attn.v_proj.forward(h)
         else:
             q, k, v = w.qkv(h).split(w.splits, dim=-1)
         q = q.reshape(R, n, self.heads, self.head_dim)
         k = k.reshape(R, n, self.kv_heads, self.head_dim)
         v = v.reshape(R, n, self.kv_heads, self.head_dim)
         if hasattr(attn, "q_norm"):  # qwen3
-            q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k = attn.q_norm.forward(q), attn.k_norm.forward(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (R, heads, n, d)
         if self.rope[layer]:
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
@@ -224,7 +238,7 @@ class FastDecoder:
         else:
             out = F.scaled_dot_product_attention(qf, K, V, attn_mask=chunk.mask, scale=self.scaling)
         out = out.view(R, self.heads, n, self.head_dim).transpose(1, 2).reshape(R, n, -1)
-        return attn.o_proj(out) if w is None else w.o(out)
+        return attn.o_proj.forward(out) if w is None else w.o(out)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

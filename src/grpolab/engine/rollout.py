@@ -27,6 +27,7 @@ from torch import Tensor
 
 from grpolab.config import LabConfig
 from grpolab.engine.decoder import FastDecoder, supports
+from grpolab.engine.gather import full_parameters
 from grpolab.engine.phases import NO_PHASES, Phases
 from grpolab.envs.base import Environment, EpisodeState, Evidence, Task
 from grpolab.formats import InlineFormat, episode_format
@@ -307,7 +308,9 @@ def run_episodes(
             for _ in range(group_size):  # a stateful environment: every episode its own tools and state
                 episodes.append(Episode(t, g, p, episode_state=env.start_episode(t) if env.stateful else None))
         if supports(model):
-            _decode_batched(FastDecoder(model), episodes, prompts, group_size, turns, s, generator, phases, choose)
+            with full_parameters(model):  # a ZeRO-3 or FSDP model: gathered once for the whole rollout
+                dec = FastDecoder(model)
+                _decode_batched(dec, episodes, prompts, group_size, turns, s, generator, phases, choose)
         else:
             for e in episodes:
                 _decode_one(model, e, turns, s, generator, choose)
