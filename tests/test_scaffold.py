@@ -99,3 +99,18 @@ def test_the_shop_rows_are_the_same_for_a_seed_and_an_order_status_is_not_read_o
     assert [i for i, r in enumerate(rows) if r["split"] == "heldout"][:3] == [4, 9, 14]
     by_parity = {(int(o["order_id"][1:]) % 4, o["status"]) for o in data["orders"]}
     assert len(by_parity) > 8  # the same residue holds several statuses: only get_order tells which
+
+
+def test_two_stateful_folders_in_one_process_each_load_their_own_shop(tmp_path, cli):
+    """Both folders hold shop.py and say env = "shop:ShopEnv": the second one's config must get its own file, not
+    the module of that name the first one imported."""
+    from pathlib import Path
+
+    names = ("desk_a", "desk_b")
+    for name in names:
+        assert cli("new-env", name, "--into", str(tmp_path), "--stateful")[0] == 0
+    loaded = []
+    for name in names:
+        env = env_for(load_config(tmp_path / name / "config.toml", {"model": "tiny"}))
+        loaded.append(Path(sys.modules[type(env).__module__].__file__).resolve())
+    assert loaded == [(tmp_path / name / "shop.py").resolve() for name in names]

@@ -75,6 +75,16 @@ def import_plugins(specs: Iterable[str]) -> list[ModuleType]:
     return [import_plugin(spec) for spec in specs]
 
 
+def plugin_module(name: str, specs: Iterable[str]) -> ModuleType | None:
+    """The module a plugin file or package folder among `specs` (resolved) that is called `name` was imported as,
+    or None where none is. Two `new-env --stateful` folders both hold shop.py: the later one is imported under a
+    name of its own (`_import_path`), and its config's `env = "shop:ShopEnv"` must still mean its own file."""
+    for spec in specs:
+        if is_path(spec) and (Path(spec).stem if spec.endswith(".py") else Path(spec).name) == name:
+            return import_plugin(spec)
+    return None
+
+
 def import_recorded(config: Any) -> None:
     """Import the plugins a config's JSON (a run's config.json, a TOML read as a dict) lists, before anything else in
     it is validated; a `plugins` value that is not a list of strings is left for validation to name."""

@@ -19,6 +19,7 @@ from grpolab.envs.code.env import CodeEnv
 from grpolab.envs.data import DataEnv
 from grpolab.envs.finance import FinanceEnv
 from grpolab.errors import UserError
+from grpolab.plugins import plugin_module
 
 if TYPE_CHECKING:
     from grpolab.config import DataEnvConfig, LabConfig
@@ -94,8 +95,11 @@ def get_env(
     prompt_example: bool = True,
     data: list[str] | None = None,
     data_env: DataEnvConfig | None = None,
+    plugins: list[str] | None = None,
 ) -> Environment:
-    """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError."""
+    """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError. In
+    `module:attribute`, a module that one of `plugins` (a config's, resolved) names by its file is that plugin as
+    imported, even where another file of that name came first (`grpolab.plugins.plugin_module`)."""
     if name == "bfcl":
         env = _bfcl(data, task_kinds)  # its files are read within grpolab.files.limits
     elif name == "data":
@@ -105,7 +109,8 @@ def get_env(
     elif ":" in name:
         module_name, _, attr = name.partition(":")
         try:
-            factory = getattr(importlib.import_module(module_name), attr)
+            module = plugin_module(module_name, plugins or []) or importlib.import_module(module_name)
+            factory = getattr(module, attr)
         except Exception as exc:  # ImportError, AttributeError, or whatever the module raises on import
             raise UserError(
                 f"cannot load environment {name!r} ({type(exc).__name__}: {exc})",
@@ -164,4 +169,4 @@ def _build(name: str, factory: object) -> Environment:
 
 def env_for(cfg: LabConfig) -> Environment:
     """The environment a config describes (name, task kinds, prompt example, data files, env data's settings)."""
-    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None, cfg.data_env)
+    return get_env(cfg.env, cfg.task_kinds or None, cfg.prompt_example, cfg.data or None, cfg.data_env, cfg.plugins)
