@@ -431,3 +431,35 @@ def test_a_long_prompt_prefills_in_bounded_pieces_with_the_same_result(tiny_arch
     for a, b in zip(whole, pieces):
         assert a.completion_ids == b.completion_ids
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_prompts_sharing_a_long_start_prefill_it_once_with_the_same_result(tiny_arch, finance, monkeypatch):
+    """A batch whose prompts share their start (a system prompt: tau2_retail's ~4.5k tokens) prefills it once and
+    forks it: fewer tokens fed, same tokens sampled, same log-probs."""
+    from grpolab.engine.decoder import FastDecoder
+
+    cfg, model, tok = tiny_arch
+    tasks = [finance.task(t) for t in ("pct_change-ACME-Q3", "eps_surprise-ACME-Q2", "revenue_growth-ACME-Q1Q2")]
+    prompts = [rollout.prompt_ids(tok, finance, t) for t in tasks]
+    monkeypatch.setattr(rollout, "SHARED_PREFIX_MIN", 8)
+    shared = rollout.shared_prefix(prompts)
+    assert 8 <= shared < min(len(p) for p in prompts) and all(p[:shared] == prompts[0][:shared] for p in prompts)
+    assert rollout.shared_prefix(prompts[:1]) == 0 and rollout.shared_prefix([[1, 2, 3], [1, 2, 3]]) == 0
+    fed: list[int] = []
+    feed = FastDecoder.feed
+
+    def counting(self, kv, ids, n_valid, rows=None):
+        fed.append(int(n_valid.sum()))
+        return feed(self, kv, ids, n_valid, rows)
+
+    monkeypatch.setattr(FastDecoder, "feed", counting)
+    settings = rollout.sampling_settings(cfg, greedy=True, max_new_tokens=24)
+    once = rollout.run_episodes(model, tok, finance, tasks, 2, settings)
+    prefill_once = fed[0] + fed[1]
+    fed.clear()
+    monkeypatch.setattr(rollout, "SHARED_PREFIX_MIN", 10**9)  # every prompt whole
+    whole = rollout.run_episodes(model, tok, finance, tasks, 2, settings)
+    assert fed[0] == sum(len(p) for p in prompts) and prefill_once == fed[0] - 2 * shared
+    for a, b in zip(once, whole):
+        assert a.completion_ids == b.completion_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4

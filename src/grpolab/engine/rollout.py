@@ -335,14 +335,20 @@ def _decode_batched(
     choose: Choose | None = None,
 ) -> None:
     device = dec.param.device
-    kv = dec.new_cache(len(prompts))
-    width = max(len(p) for p in prompts)
+    shared = shared_prefix(prompts)
+    kv = dec.new_cache(1 if shared else len(prompts))
+    rest = [p[shared:] for p in prompts]
+    width = max(len(p) for p in rest)
     ids = torch.zeros((len(prompts), width), dtype=torch.long, device=device)  # right-padded prompts
-    for i, p in enumerate(prompts):
+    for i, p in enumerate(rest):
         ids[i, : len(p)] = torch.tensor(p, device=device)
-    lengths = torch.tensor([len(p) for p in prompts], device=device)
-    with phases(PHASE_PREFILL, tokens=int(lengths.sum()), padded=ids.numel()):
-        hidden = _prefill(dec, kv, prompts, ids, lengths)  # one prefill per prompt...
+    lengths = torch.tensor([len(p) for p in rest], device=device)
+    with phases(PHASE_PREFILL, tokens=shared + int(lengths.sum()), padded=shared + ids.numel()):
+        if shared:  # the prompts' common start (a long system prompt) once, forked into one row per prompt
+            start = torch.tensor([prompts[0][:shared]], device=device)
+            _prefill(dec, kv, [prompts[0][:shared]], start, torch.tensor([shared], device=device))
+            kv.keep(torch.zeros(len(prompts), dtype=torch.long, device=device))
+        hidden = _prefill(dec, kv, rest, ids, lengths)  # one prefill per prompt...
         fork = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
         kv.keep(fork)  # ...forked into its G episodes
         logits = dec.logits(hidden).index_select(0, fork)  # (B, V)
@@ -376,6 +382,22 @@ def _decode_batched(
             logits = dec.logits(dec.feed(kv, last, torch.ones(len(live), dtype=torch.long, device=device)))
 
 
+SHARED_PREFIX_MIN = 256
+"""Fewest tokens the prompts of a batch must share at their start for that start to be prefilled once and forked:
+tau2_retail's prompts share a ~4.5k-token policy and tool list, which was prefilled again for every task."""
+
+
+def shared_prefix(prompts: list[list[int]]) -> int:
+    """Tokens at the start of every prompt that all share (each keeps at least one of its own to prefill), or 0
+    when that is under SHARED_PREFIX_MIN or there is one prompt."""
+    if len(prompts) < 2:
+        return 0
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        n = next((k for k in range(n) if p[k] != first[k]), n)
+    return n if n >= SHARED_PREFIX_MIN else 0
+
+
 PREFILL_SCORES_BYTES = 1 << 30
 """Attention scores one prefill call may hold (rows x heads x chunk x context x 4 bytes). Right-padded prompts of
 a few hundred tokens prefill in one call as before; a 5k-token prompt (tau2_retail's) is fed a row at a time, in
@@ -384,12 +406,14 @@ PREFILL_COLUMNS = 2048
 
 
 def _prefill(dec: FastDecoder, kv: Any, prompts: list[list[int]], ids: Tensor, lengths: Tensor) -> Tensor:
-    """Feed every prompt into its cache row; the final hidden state at each prompt's last token, (P, hidden)."""
+    """Feed every prompt into its cache row, after what the row holds already (a shared prefix); the final hidden
+    state at each prompt's last token, (P, hidden)."""
     width = ids.shape[1]
-    if len(prompts) * dec.heads * width * width * 4 <= PREFILL_SCORES_BYTES:
+    context = int(kv.lengths.max()) + width
+    if len(prompts) * dec.heads * width * context * 4 <= PREFILL_SCORES_BYTES:
         return dec.feed(kv, ids, lengths)
     device = ids.device
-    per_row = max(1, PREFILL_SCORES_BYTES // (dec.heads * min(width, PREFILL_COLUMNS) * width * 4))
+    per_row = max(1, PREFILL_SCORES_BYTES // (dec.heads * min(width, PREFILL_COLUMNS) * context * 4))
     hidden: list[Tensor] = [ids.new_empty(0)] * len(prompts)
     for first in range(0, len(prompts), per_row):
         group = list(range(first, min(first + per_row, len(prompts))))
