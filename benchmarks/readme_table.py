@@ -344,6 +344,16 @@ def rows() -> list[str]:
             f"| τ²-bench retail, base SmolLM2, solo setting (docs/stateful.md) | {fig} | `{t['command']}` | "
             f"{t['date']} |"
         )
+    s = load("shared_prefill")
+    if s:
+        tokens, best = s["prompt_tokens"], s["best_s"]
+        fig = (
+            f"{s['tasks']} prompts of {min(tokens)}-{max(tokens)} tokens sharing their first {s['shared_tokens']}: "
+            f"prefill {best['whole']:.1f} s every prompt whole -> {best['shared']:.1f} s with the shared start once "
+            f"({s['speedup']:.1f}x); first tokens {'identical' if s['same_first_tokens'] else 'DIFFERENT'}, their "
+            f"log-probs within {s['max_first_logprob_diff']:.1e}"
+        )
+        out.append(f"| τ²-bench retail prefill, the shared start once | {fig} | `{s['command']}` | {s['date']} |")
     h = load("hack_detection")
     if h:
         out.append(
