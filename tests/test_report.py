@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from grpolab.rundir import RunDir
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -80,6 +82,30 @@ def test_eval_and_compare_read_a_run(tiny_run, cli, tmp_path):
     assert code == 0 and len(data["left"]["episodes"]) == len(data["right"]["episodes"]) == 2
     assert [e["task_id"] for e in data["left"]["episodes"]] == [e["task_id"] for e in data["right"]["episodes"]]
     assert "not verified" in page.read_text()
+    # the random base never solves a task, and this run has no warm start to compare with instead: it says so
+    assert data["left"]["name"] == "base" and "no SFT warm start" in " ".join(data["notes"])
+
+
+def test_compare_against_a_base_that_never_solves_uses_the_runs_sft_start(
+    tmp_path, cli, grpolab_process, small_config, monkeypatch
+):
+    import json
+
+    import grpolab.cli.trust as trust
+
+    out = tmp_path / "run"
+    config = str(small_config(tmp_path))
+    proc = grpolab_process(
+        "train", "--model", "tiny", "--steps", "1", "--sft-steps", "1", "--out", str(out), "--quiet", "--config", config
+    )
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    applied = []
+    real = trust.apply_warm_start
+    monkeypatch.setattr(trust, "apply_warm_start", lambda m, c, p: applied.append(p) or real(m, c, p))
+    code, out_text, _ = cli("compare", "--run", str(out), "--limit", "2", "--json")
+    data = json.loads(out_text)
+    assert code == 0 and data["left"]["name"] == "sft-start" and applied == [RunDir(out).warm_start_path]
+    assert "SFT-seeded start" in " ".join(data["notes"]) and len(data["left"]["episodes"]) == 2
 
 
 EXTREME = ["1" + "0" * 400, "-" + "9" * 400, "1.7e308", "-1.7e308", "1e400", "NaN", "-Infinity", "[" * 900 + "]" * 900]

@@ -29,7 +29,7 @@ from grpolab.cli.options import (
     writing_to,
 )
 from grpolab.engine.evaluate import evaluate
-from grpolab.engine.policy import engine_model, load_policy
+from grpolab.engine.policy import apply_warm_start, engine_model, load_policy
 from grpolab.envs import env_for
 from grpolab.files.outputs import output_target, write_output
 from grpolab.metrics import episode_row
@@ -130,9 +130,19 @@ def _print(report: dict) -> None:
     console.print(f"recommendation: {learn['recommendation']}")
 
 
+SFT_START = "sft-start"
+"""What `compare` calls a run's SFT-seeded start when it compares with it instead of the base."""
+
+
 def compare(
     run: Annotated[str, typer.Option("--run", help="Trained run directory (or a model name).")],
-    against: Annotated[str, typer.Option("--against", help="'base', another run directory, or a model name.")] = "base",
+    against: Annotated[
+        str,
+        typer.Option(
+            "--against",
+            help="'base' (the run's SFT-seeded start where the base solves no held-out prompt), a run dir or a model.",
+        ),
+    ] = "base",
     limit: Annotated[int, typer.Option("--limit", min=1, help="Held-out prompts.")] = 6,
     html_out: Annotated[Path | None, typer.Option("--html", help="Write the side-by-side page here.")] = None,
     config: ConfigOpt = None,
@@ -146,6 +156,19 @@ def compare(
     left_model, left_tok, _ = load_policy(cfg.model if against == "base" else against, cfg)
     env = env_for(cfg)
     left_sum, left_eps = evaluate(left_model, left_tok, env, cfg, "heldout", limit)
+    notes: list[str] = []
+    if against == "base" and left_sum[HELDOUT_SUCCESS] == 0:
+        # a base that never does the task makes learning it look like drift (calls 0 -> 2): where the run has an
+        # SFT warm start, GRPO's own changes are the ones from that start
+        warm = RunDir(Path(run)).warm_start() if RunDir(Path(run)).is_run() else None
+        never = f"the base model solved none of the {len(left_eps)} held-out prompts"
+        if warm is None:
+            notes.append(f"{never}: every change below includes learning the task (the run has no SFT warm start)")
+        else:
+            notes.append(f"{never}: comparing with the run's SFT-seeded start ({SFT_START}) instead")
+            against = SFT_START
+            left_model = apply_warm_start(left_model, cfg, warm)
+            left_sum, left_eps = evaluate(left_model, left_tok, env, cfg, "heldout", limit)
     right_sum, right_eps = evaluate(right_model, right_tok, env, cfg, "heldout", limit)
     left_rows, right_rows = [episode_row(e) for e in left_eps], [episode_row(e) for e in right_eps]
     changes = what_changed(left_rows, right_rows, cfg, env.thought_required, (against, run))
@@ -158,6 +181,7 @@ def compare(
     if json:
         print_json(
             {
+                "notes": notes,
                 "left": {"name": against, **left_sum, "episodes": left_rows},
                 "right": {"name": run, **right_sum, "episodes": right_rows},
                 "what_changed": [
@@ -167,6 +191,8 @@ def compare(
             }
         )
         return
+    for note in notes:
+        console.print(note, markup=False, style="yellow")
     # model text, prompts and run names are data: Text, never markup (an answer may contain "[/x]")
     for a, b in zip(left_rows, right_rows):
         console.print(Text(str(a["task_id"]), style="bold") + Text(f": {a['prompt']} (expected {a['answer']})"))
