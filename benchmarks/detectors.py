@@ -25,7 +25,7 @@ from typing import Any
 
 from grpolab.config import LabConfig
 from grpolab.rundir.numbers import finite_number
-from grpolab.trust.alarms import check_alarms
+from grpolab.trust.alarms import SHAPING, check_alarms
 from grpolab.trust.attribution import attribution
 from grpolab.trust.drift import drift_alarms
 
@@ -64,7 +64,12 @@ def drift(run: Recorded, t: int, threshold: float) -> bool:
 
 def attribution_flag(run: Recorded, t: int, threshold: float) -> bool:
     weight = run.cfg.reward.weights.get("completion", 0.0)
-    return bool(attribution(run.rows[:t], run.heldout_until(t), weight, run.cfg.watch.drift_window, threshold)[1])
+    w = run.cfg.watch  # as shipped: format and schema wait watch.shaping_patience steps
+    return bool(
+        attribution(run.rows[:t], run.heldout_until(t), weight, w.drift_window, threshold, SHAPING, w.shaping_patience)[
+            1
+        ]
+    )
 
 
 def kl_acceleration(run: Recorded, t: int, threshold: float) -> bool:

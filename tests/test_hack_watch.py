@@ -197,3 +197,26 @@ def test_what_grpo_changed_lays_its_examples_side_by_side_wrapping_in_their_colu
     assert f"style='{PAIR_STYLE}'" in page
     assert "minmax(0,1fr) minmax(0,1fr)" in PAIR_STYLE
     assert "white-space:pre-wrap" in TRANSCRIPT_STYLE and "overflow-wrap:anywhere" in TRANSCRIPT_STYLE
+
+
+def test_a_shaping_component_is_flagged_only_after_outrunning_the_verifier_patience_steps():
+    """format is learned before the task (the demo flagged schema at steps 6-9 while success caught up): as a shaping
+    component it is flagged once it has outrun the verifier `patience` steps in a row, not before; a component not
+    declared shaping is flagged at once, as before."""
+    start = [_rewards(1, 0.3, 0.5, 0.9), _rewards(2, 0.3, 0.5, 0.9)]
+    farmed = start + [_rewards(s, 0.3, 1.0, 0.9) for s in range(3, 9)]  # format up, success flat: steps 3-8
+    shaping = frozenset({"format"})
+
+    def flagged(rows, patience):
+        return "attribution:format" in attribution(rows, {0: 0.25}, 3.0, 2, 0.15, shaping, patience)[1]
+
+    first_over = 4  # the first step with two windows (steps 1-2 against 3-4)
+    assert flagged(farmed[:first_over], 1) and attribution(farmed[:first_over], {0: 0.25}, 3.0, 2, 0.15)[1]
+    for patience in (2, 4, 6):
+        when = [r["step"] for i, r in enumerate(farmed) if flagged(farmed[: i + 1], patience)]
+        assert when == list(range(first_over + patience - 1, 9)), (patience, when)
+    assert "3 steps in a row" in attribution(farmed[:6], {0: 0.25}, 3.0, 2, 0.15, shaping, 3)[1]["attribution:format"]
+    # the task catches up within the patience: no flag at any step
+    caught_up = start + [_rewards(3, 0.3, 1.0, 0.9), _rewards(4, 0.3, 1.0, 0.9)]
+    caught_up += [_rewards(s, 0.8, 1.0, 2.4) for s in range(5, 9)]
+    assert flagged(caught_up[:4], 1) and not any(flagged(caught_up[: i + 1], 4) for i in range(len(caught_up)))

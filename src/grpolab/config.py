@@ -195,6 +195,9 @@ class WatchConfig(_Section):
     """Drift alarm: growth of a hack class's share of the episodes (empty thought, hedged answer...) that counts."""
     attribution_min: float = Field(0.15, gt=0)
     """Attribution flag: least gain of a non-completion component that, above the verifier's gain, is flagged."""
+    shaping_patience: int = Field(6, ge=1)
+    """Attribution flag of a shaping component (format, schema; `RewardComponent.shaping`): steps in a row it must
+    outrun the verifier before it is flagged (the protocol is learned before the task, and pays first)."""
     stop_on_alarm: bool = False
     """Stop training (after checkpointing) when an alarm fires."""
 

@@ -44,6 +44,9 @@ class RewardComponent:
     shape: Shape = "grpolab"
     """grpolab: `fn(replay, task, env, ctx) -> (value, reason)`; trl: `fn(prompts, completions, **kwargs) ->
     list[float | None]`, batched (`rewards.score`)."""
+    shaping: bool = False
+    """Learned on the way to the verifier (the protocol: format, schema): the reward attribution flags it only once
+    it has outrun the verifier for `watch.shaping_patience` steps in a row (`trust.attribution`)."""
 
 
 def function_shape(fn: object) -> Shape:
@@ -62,9 +65,11 @@ def make_component(
     weight: float = 0.0,
     description: str = "",
     shape: Shape | None = None,
+    shaping: bool = False,
 ) -> RewardComponent:
     """A user's component: `weight` is its default weight, the letter its short form in breakdowns (default: the
-    name); the shape is read from `fn`'s signature unless given. A bad name is a UserError."""
+    name); the shape is read from `fn`'s signature unless given; `shaping` marks a component learned on the way to
+    the verifier (`RewardComponent.shaping`). A bad name is a UserError."""
     if not name.isidentifier():
         raise UserError(f"reward component name {name!r} is not an identifier", "use letters, digits and _")
     if not callable(fn):
@@ -72,7 +77,7 @@ def make_component(
     if shape not in (None, "grpolab", "trl"):
         raise UserError(f"reward component {name!r}: unknown shape {shape!r}", 'use shape="grpolab" or shape="trl"')
     doc = description or " ".join((fn.__doc__ or "").split())
-    return RewardComponent(name, letter or name, float(weight), fn, doc, False, shape or function_shape(fn))
+    return RewardComponent(name, letter or name, float(weight), fn, doc, False, shape or function_shape(fn), shaping)
 
 
 class Rubric:
@@ -95,9 +100,10 @@ class Rubric:
         weight: float = 0.0,
         description: str = "",
         shape: Shape | None = None,
+        shaping: bool = False,
     ) -> RewardComponent:
-        """Add a component of this rubric's own (`make_component`: default weight, letter, shape)."""
-        component = make_component(name, fn, letter, weight, description, shape)
+        """Add a component of this rubric's own (`make_component`: default weight, letter, shape, shaping)."""
+        component = make_component(name, fn, letter, weight, description, shape, shaping)
         self.own[name] = component
         return component
 

@@ -168,8 +168,9 @@ def lenient_completion_reward(r: Replay, task: Task, env: Environment, ctx: Rewa
 
 # fmt: off
 BUILTIN_COMPONENTS = (
-    RewardComponent("format",     "F",  1.0,  format_reward,     "the transcript follows the protocol"),
-    RewardComponent("schema",     "S",  1.5,  schema_reward,     "calls name real tools with schema-valid args"),
+    RewardComponent("format",     "F",  1.0,  format_reward,     "the transcript follows the protocol", shaping=True),
+    RewardComponent("schema",     "S",  1.5,  schema_reward,     "calls name real tools with schema-valid args",
+                    shaping=True),
     RewardComponent("completion", "C",  3.0,  completion_reward, "the verifier accepts the grounded answer"),
     RewardComponent("length",     "L", -0.05, length_reward,     "per length_unit generated tokens"),
     RewardComponent("code_block", "B",  0.0,  code_block_reward, "GAMEABLE: any python block", standard=False),
@@ -201,13 +202,14 @@ def register_reward(
     description: str = "",
     weight: float = 0.0,
     shape: Shape | None = None,
+    shaping: bool = False,
 ) -> RewardComponent:
     """Add a reward component to every environment's rubric (a plugin's reward for the built-in environments); an
     environment adds its own with `self.rubric.add(...)`. Its default weight is `weight` (0: scored only where the
     config weights it)."""
     if name in BUILTIN_NAMES:
         raise UserError(f"reward component {name!r} is built in", "give your component another name")
-    component = make_component(name, fn, letter, weight, description, shape)
+    component = make_component(name, fn, letter, weight, description, shape, shaping)
     _REGISTERED[name] = component
     return component
 

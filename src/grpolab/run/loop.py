@@ -26,7 +26,7 @@ from grpolab.formats import checked_format
 from grpolab.metrics import episode_row
 from grpolab.models import load_tokenizer, token_counter
 from grpolab.report.html import render_report
-from grpolab.rewards.rubric import check_weights
+from grpolab.rewards.rubric import check_weights, rubric_of
 from grpolab.run.progress import Progress
 from grpolab.run.sources import StepSource, backend_notes, make_source
 from grpolab.rundir import RunDir
@@ -163,7 +163,8 @@ def train(
         for note in run.set_aside_damaged_checkpoints() if resume else []:
             progress.note(note)  # resume falls back to the newest intact checkpoint
         source, start = _start_point(cfg, run, env, progress, resume, eval_base, warm_start)
-        watch = AlarmWatch(cfg, run.metrics(), run.heldout_at_start())
+        shaping = frozenset(c.name for c in rubric_of(env).components.values() if c.shaping)
+        watch = AlarmWatch(cfg, run.metrics(), run.heldout_at_start(), shaping)
         steps = cfg.train.steps
 
         def on_step(result: StepResult) -> bool:

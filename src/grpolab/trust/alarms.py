@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from grpolab.config import LabConfig
+from grpolab.rewards.components import BUILTIN_COMPONENTS
 from grpolab.rundir.numbers import finite, finite_number
 from grpolab.trust.attribution import attribution
 from grpolab.trust.drift import drift_alarms
@@ -31,6 +32,9 @@ from grpolab.vocabulary import (
     REWARD_MEAN,
     REWARD_STD,
 )
+
+SHAPING = frozenset(c.name for c in BUILTIN_COMPONENTS if c.shaping)
+"""The built-in shaping components (format, schema), for a watch built without the env's rubric."""
 
 
 def welch_t(a: list[float], b: list[float]) -> float:
@@ -122,8 +126,16 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
 class AlarmWatch:
     """The alarms of a run as it trains: metric rows are kept in memory (loaded once on resume), not re-read."""
 
-    def __init__(self, cfg: LabConfig, history: list[dict[str, Any]] | None = None, heldout_start: float | None = None):
+    def __init__(
+        self,
+        cfg: LabConfig,
+        history: list[dict[str, Any]] | None = None,
+        heldout_start: float | None = None,
+        shaping: frozenset[str] = SHAPING,
+    ):
         self.cfg = cfg
+        self.shaping = shaping
+        """Components the attribution flags only after `watch.shaping_patience` steps (the env rubric's shaping)."""
         self.history: list[dict[str, Any]] = list(history or [])
         self.heldout: dict[int, float] = {} if heldout_start is None else {0: heldout_start}
         for row in self.history:
@@ -146,5 +158,7 @@ class AlarmWatch:
             self.cfg.reward.weights.get("completion", 0.0),
             w.drift_window,
             w.attribution_min,
+            self.shaping,
+            w.shaping_patience,
         )
         return {**fields, ALARMS: {**alarms, **flags}, KL_OVER_BOUND: KL_BOUND in alarms}

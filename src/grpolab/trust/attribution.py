@@ -8,6 +8,12 @@ and a component other than completion is flagged (`attribution:NAME`) when
     change >= min_gain   and   change > verifier_gain,
     verifier_gain = max(change in training success, change in held-out success) x the completion weight
 (3, the default, when completion is not weighted: the verifier's worth does not vanish with its weight).
+
+A shaping component (format, schema: `RewardComponent.shaping`) is learned on the way to the verifier: the
+protocol pays before the task does, so for a few steps it outruns the verifier by construction (the demo flagged
+schema at steps 6-9 while success was still catching up). It is flagged only when the rule has held at each of the
+last `patience` steps (`watch.shaping_patience`): a shaping component farmed instead of the task keeps outrunning
+the verifier and is flagged that many steps later; one the task catches up with is not.
 """
 
 from __future__ import annotations
@@ -45,32 +51,73 @@ def component_changes(history: Sequence[dict[str, Any]], window: int) -> dict[st
     return out
 
 
+def _gains(
+    history: Sequence[dict[str, Any]], heldout: dict[int, float], completion_weight: float, window: int
+) -> tuple[dict[str, float], float, float, float]:
+    """(component changes, training success gain, held-out gain, the verifier's gain in reward units)."""
+    changes = component_changes(history, window)
+    rows = [r for r in history if finite_number(r.get(REWARD_MEAN)) is not None]
+    train_gain = (_mean(rows[-window:], SUCCESS) or 0.0) - (_mean(rows[:window], SUCCESS) or 0.0)
+    steps = sorted(heldout)
+    held_gain = heldout[steps[-1]] - heldout[steps[0]] if len(steps) >= 2 else -math.inf
+    worth = abs(completion_weight) if completion_weight else VERIFIER_WORTH
+    return changes, train_gain, held_gain, max(train_gain, held_gain) * worth
+
+
+def _outruns(name: str, changes: dict[str, float], verifier_gain: float, min_gain: float) -> bool:
+    change = changes.get(name)
+    return name != VERIFIER and change is not None and change >= min_gain and change > verifier_gain
+
+
+def _held_for(
+    name: str,
+    history: Sequence[dict[str, Any]],
+    heldout: dict[int, float],
+    completion_weight: float,
+    window: int,
+    min_gain: float,
+    steps: int,
+) -> bool:
+    """Whether `name` outran the verifier at each of the last `steps` rows (held-out success as known then)."""
+    for back in range(1, steps):
+        earlier = history[: len(history) - back]
+        last = earlier[-1].get("step") if earlier else None
+        known = {s: v for s, v in heldout.items() if not isinstance(last, int) or s <= last}
+        changes, _, _, verifier_gain = _gains(earlier, known, completion_weight, window)
+        if not _outruns(name, changes, verifier_gain, min_gain):
+            return False
+    return True
+
+
 def attribution(
     history: Sequence[dict[str, Any]],
     heldout: dict[int, float],
     completion_weight: float,
     window: int,
     min_gain: float,
+    shaping: frozenset[str] = frozenset(),
+    patience: int = 1,
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """(attribution fields, flags) for the latest row of `history`; `heldout`: step -> held-out success."""
-    changes = component_changes(history, window)
+    """(attribution fields, flags) for the latest row of `history`; `heldout`: step -> held-out success; `shaping`:
+    the components flagged only after outrunning the verifier `patience` steps in a row."""
+    changes, train_gain, held_gain, verifier_gain = _gains(history, heldout, completion_weight, window)
     if not changes:
         return {}, {}
     total = sum(abs(v) for v in changes.values()) or 1.0
     fields = {attribution_key(k): v for k, v in changes.items()}
     fields.update({attribution_key(k, share=True): v / total for k, v in changes.items()})
-    rows = [r for r in history if finite_number(r.get(REWARD_MEAN)) is not None]
-    train_gain = (_mean(rows[-window:], SUCCESS) or 0.0) - (_mean(rows[:window], SUCCESS) or 0.0)
-    steps = sorted(heldout)
-    held_gain = heldout[steps[-1]] - heldout[steps[0]] if len(steps) >= 2 else -math.inf
-    worth = abs(completion_weight) if completion_weight else VERIFIER_WORTH
-    verifier_gain = max(train_gain, held_gain) * worth
     flags = {}
     for name, change in changes.items():
-        if name != VERIFIER and change >= min_gain and change > verifier_gain:
-            flags[f"attribution:{name}"] = (
-                f"{name} explains {change:+.2f} of the reward's change ({change / total:.0%} of all components' "
-                f"movement) while the verifier's gain is worth {verifier_gain:+.2f} (training success "
-                f"{train_gain:+.0%}" + (f", held-out {held_gain:+.0%})" if len(steps) >= 2 else ")")
-            )
+        if not _outruns(name, changes, verifier_gain, min_gain):
+            continue
+        waited = ""
+        if name in shaping and patience > 1:
+            if not _held_for(name, history, heldout, completion_weight, window, min_gain, patience):
+                continue
+            waited = f"; a shaping component, ahead of the verifier for {patience} steps in a row"
+        flags[f"attribution:{name}"] = (
+            f"{name} explains {change:+.2f} of the reward's change ({change / total:.0%} of all components' "
+            f"movement) while the verifier's gain is worth {verifier_gain:+.2f} (training success "
+            f"{train_gain:+.0%}" + (f", held-out {held_gain:+.0%}" if held_gain != -math.inf else "") + f"){waited}"
+        )
     return fields, flags
