@@ -354,6 +354,13 @@ def rows() -> list[str]:
             f"log-probs within {s['max_first_logprob_diff']:.1e}"
         )
         out.append(f"| τ²-bench retail prefill, the shared start once | {fig} | `{s['command']}` | {s['date']} |")
+    a = load("alarm_replay_demo")
+    if a:
+        out.append(
+            f"| the demo's alarms replayed, every component flagged at once vs shaping components waiting "
+            f"{a['shaping_patience']} steps | before: {_alarm_steps(a['before'])}; now: {_alarm_steps(a['now'])}; "
+            f"the replay equals the run's own alarms: {a['matches_logged']} | `{a['command']}` | {a['date']} |"
+        )
     h = load("hack_detection")
     if h:
         out.append(
@@ -366,6 +373,28 @@ def rows() -> list[str]:
         out.append(f"| simulator speed | `{fig}` | `{r.get('command', '')}` | {r.get('date', '')} |")
     out.append(f"\n{_machines()}")
     return out
+
+
+def _alarm_steps(by_step: dict[str, list[str]]) -> str:
+    """`attribution:schema at steps 6-9, drift:... at 9-20`: each alarm with the steps it fired at."""
+    steps: dict[str, list[int]] = {}
+    for step, names in sorted(by_step.items(), key=lambda kv: int(kv[0])):
+        for name in names:
+            steps.setdefault(name, []).append(int(step))
+    if not steps:
+        return "no alarm"
+    return ", ".join(f"{name} at steps {_spans(s)}" for name, s in steps.items())
+
+
+def _spans(steps: list[int]) -> str:
+    """[6, 7, 8, 9, 12] -> '6-9, 12'."""
+    spans: list[list[int]] = []
+    for s in steps:
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
 
 
 def _machine(result: dict) -> str | None:
