@@ -358,7 +358,8 @@ def rows() -> list[str]:
     if a:
         out.append(
             f"| the demo's alarms replayed, every component flagged at once vs shaping components waiting "
-            f"{a['shaping_patience']} steps | before: {_alarm_steps(a['before'])}; now: {_alarm_steps(a['now'])}; "
+            f"{a['shaping_patience']} steps | {len(a['now'])} steps replayed; before: {_alarm_steps(a['before'])}; "
+            f"now: {_alarm_steps(a['now'])}; "
             f"the replay equals the run's own alarms: {a['matches_logged']} | `{a['command']}` | {a['date']} |"
         )
     h = load("hack_detection")
