@@ -62,7 +62,7 @@ def micro_batch_cap(cfg: LabConfig) -> int:
     MICRO_BATCH_TOKENS, an episode counted at its longest prompt plus its full policy budget
     (rollout.max_new_tokens x rollout.max_turns). Unlike the native update, which runs a group's prompt once, TRL
     runs every episode's prompt again and pads each to the longest: at the demo's shape, 4 episodes a micro-batch
-    without the prompt counted held ~3,000 positions and TRL peaked at 12.5 GB (benchmarks/vs_trl.py --shape demo).
+    without the prompt counted held ~3,000 positions and TRL peaked at 12.2 GB (benchmarks/vs_trl.py --shape demo).
     bnpo keeps them all in one: TRL takes its token mean per micro-batch, which would change the loss."""
     if cfg.grpo.loss_type == "bnpo":
         return cfg.train.prompts_per_step * cfg.rollout.group_size
