@@ -42,8 +42,8 @@ CONSTRUCTORS = {
 GB = 1024**3
 
 
-def unplaced_constructors(path: Path) -> list[str]:
-    """`torch.<constructor>(...)` calls in a file that do not say `device=`."""
+def unplaced_constructors(path: Path, root: Path = SRC) -> list[str]:
+    """`torch.<constructor>(...)` calls in a file that do not say `device=` (named relative to `root`)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
@@ -51,7 +51,7 @@ def unplaced_constructors(path: Path) -> list[str]:
         owner = node.func.value
         if isinstance(owner, ast.Name) and owner.id == "torch" and node.func.attr in CONSTRUCTORS:
             if not any(k.arg == "device" for k in node.keywords):
-                found.append(f"{path.relative_to(SRC)}:{node.lineno} torch.{node.func.attr}")
+                found.append(f"{path.relative_to(root)}:{node.lineno} torch.{node.func.attr}")
     return found
 
 
@@ -61,12 +61,10 @@ def test_every_tensor_the_engine_makes_names_its_device():
 
 
 def test_the_source_check_finds_a_constructor_without_a_device(tmp_path):
-    bad = SRC / "engine" / "_probe_for_test.py"
-    try:
-        bad.write_text("import torch\nx = torch.zeros(3)\ny = torch.zeros(3, device='cpu')\n")
-        assert unplaced_constructors(bad) == ["engine/_probe_for_test.py:2 torch.zeros"]
-    finally:
-        bad.unlink()
+    bad = tmp_path / "engine" / "probe.py"
+    bad.parent.mkdir()
+    bad.write_text("import torch\nx = torch.zeros(3)\ny = torch.zeros(3, device='cpu')\n")
+    assert unplaced_constructors(bad, tmp_path) == ["engine/probe.py:2 torch.zeros"]
 
 
 def test_auto_takes_cuda_only_where_torch_sees_it(monkeypatch):

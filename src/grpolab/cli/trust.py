@@ -160,7 +160,8 @@ def compare(
     if against == "base" and left_sum[HELDOUT_SUCCESS] == 0:
         # a base that never does the task makes learning it look like drift (calls 0 -> 2): where the run has an
         # SFT warm start, GRPO's own changes are the ones from that start
-        warm = RunDir(Path(run)).warm_start() if RunDir(Path(run)).is_run() else None
+        trained = RunDir(Path(run))
+        warm = trained.warm_start() if trained.is_run() else None
         never = f"the base model solved none of the {len(left_eps)} held-out prompts"
         if warm is None:
             notes.append(f"{never}: every change below includes learning the task (the run has no SFT warm start)")

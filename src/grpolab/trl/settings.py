@@ -71,7 +71,8 @@ def micro_batch_cap(cfg: LabConfig) -> int:
 
 
 def longest_prompt(cfg: LabConfig) -> int:
-    """Tokens of the config's longest train prompt in its episode format, or 0 where the model's tokenizer is not
+    """Tokens of the config's longest train prompt in its episode format (the longest of the 8 longest by
+    characters: tokenising every task of a large env would cost seconds), or 0 where the model's tokenizer is not
     at hand (a Hugging Face id not cached here: the cap then counts the policy budget alone)."""
     return _longest_prompt(
         cfg.model_dump_json(
