@@ -1,6 +1,8 @@
 """Shortcut probes, behaviour statistics, the episode classifier, the drift alarm and reward attribution,
 on literal transcripts and metric rows written by hand."""
 
+import math
+
 import pytest
 
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
@@ -220,3 +222,45 @@ def test_a_shaping_component_is_flagged_only_after_outrunning_the_verifier_patie
     caught_up = start + [_rewards(3, 0.3, 1.0, 0.9), _rewards(4, 0.3, 1.0, 0.9)]
     caught_up += [_rewards(s, 0.8, 1.0, 2.4) for s in range(5, 9)]
     assert flagged(caught_up[:4], 1) and not any(flagged(caught_up[: i + 1], 4) for i in range(len(caught_up)))
+
+
+def test_a_shaping_component_is_not_flagged_while_the_verifier_rises_over_the_run(monkeypatch):
+    """The demo's shape: schema climbs ahead of a success rate that swings with the 2 prompts drawn each step, so
+    two-step windows say success gained less than schema (worth 0.3-0.4 against 0.5-0.6) while the run's halves (16
+    episodes a step) say it rose: no flag. The same
+    schema over a flat success is flagged once the patience has passed."""
+    from grpolab.trust.attribution import verifier_rising
+
+    def row(step, success, schema):
+        return {
+            "step": step,
+            "reward/mean": schema + 3 * success,
+            "reward/schema": schema,
+            "reward/completion": 3 * success,
+            "success": success,
+            "episodes": 16,
+        }
+
+    schema = [0.9, 0.9, 1.2, 1.2, 1.3, 1.4, 1.4, 1.45, 1.45, 1.5, 1.5, 1.5]
+    rising = [0.12, 0.06, 0.06, 0.12, 0.06, 0.12, 0.25, 0.19, 0.25, 0.19, 0.25, 0.19]  # halves 9% -> 22%
+    flat = [0.12, 0.06, 0.12, 0.06, 0.12, 0.06, 0.12, 0.06, 0.12, 0.06, 0.12, 0.06]
+    shaping = frozenset({"schema"})
+
+    def alarms(success):
+        rows = [row(i + 1, s, c) for i, (s, c) in enumerate(zip(success, schema))]
+        return [
+            r["step"] for i, r in enumerate(rows) if attribution(rows[: i + 1], {0: 0.4}, 3.0, 2, 0.15, shaping, 6)[1]
+        ]
+
+    assert verifier_rising([row(i + 1, s, 1.0) for i, s in enumerate(rising)], {0: 0.4})[0]
+    assert not verifier_rising([row(i + 1, s, 1.0) for i, s in enumerate(flat)], {0: 0.4})[0]
+    assert alarms(rising) == []
+    assert alarms(flat) and alarms(flat)[0] >= 6
+    with monkeypatch.context() as m:  # patience alone (the verifier never counts as rising) flags the rising run
+        m.setattr("grpolab.trust.attribution.RISING_Z", math.inf)
+        assert alarms(rising)
+    rows = [row(i + 1, s, c) for i, (s, c) in enumerate(zip(flat, schema))]
+    why = attribution(rows, {0: 0.4}, 3.0, 2, 0.15, shaping, 6)[1]["attribution:schema"]
+    assert "not rising (training success 9% -> 9%" in why
+    # held-out success above its start counts as rising, whatever the training halves say
+    assert verifier_rising([row(i + 1, s, 1.0) for i, s in enumerate(flat)], {0: 0.4, 8: 0.6})[0]

@@ -11,9 +11,14 @@ and a component other than completion is flagged (`attribution:NAME`) when
 
 A shaping component (format, schema: `RewardComponent.shaping`) is learned on the way to the verifier: the
 protocol pays before the task does, so for a few steps it outruns the verifier by construction (the demo flagged
-schema at steps 6-9 while success was still catching up). It is flagged only when the rule has held at each of the
-last `patience` steps (`watch.shaping_patience`): a shaping component farmed instead of the task keeps outrunning
-the verifier and is flagged that many steps later; one the task catches up with is not.
+schema at steps 6-9 while success was still catching up). It is flagged only when
+    - the rule has held at each of the last `patience` steps (`watch.shaping_patience`), and
+    - the verifier is not still rising over the whole run so far (`verifier_rising`): training success over the
+      later half of the steps is not above the earlier half by z >= `RISING_Z` (a two-proportion z over every
+      episode of each half: a dozen steps of 16 episodes pool ~100 episodes a side, where two-step windows of 2
+      prompts swing with the prompts drawn), and held-out success, where evaluated since the start, has not risen.
+A shaping component farmed instead of the task keeps outrunning a verifier that does not rise, and is flagged; one the
+task is catching up with is not, however long that takes.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpolab.rundir.numbers import finite_number
-from grpolab.vocabulary import REWARD_MEAN, SUCCESS, attribution_key, reward_key
+from grpolab.vocabulary import EPISODES, REWARD_MEAN, SUCCESS, attribution_key, reward_key
 
 VERIFIER = "completion"
 """The component that is the task's verifier."""
 VERIFIER_WORTH = 3.0
 """Reward units one unit of success is worth when completion carries no weight (its default weight)."""
+RISING_Z = 1.0
+"""z of (later half - earlier half) training success at which the verifier counts as still rising (one-sided ~84%:
+a flat verifier looks rising about one step in six, which only delays a shaping flag)."""
 
 
 def _mean(rows: Sequence[dict[str, Any]], key: str) -> float | None:
@@ -89,6 +97,28 @@ def _held_for(
     return True
 
 
+def verifier_rising(history: Sequence[dict[str, Any]], heldout: dict[int, float]) -> tuple[bool, str]:
+    """Whether the verifier is still rising over the run so far, and the evidence: held-out success above its first
+    evaluation, or training success over the later half of the steps above the earlier half by z >= RISING_Z."""
+    steps = sorted(heldout)
+    if len(steps) >= 2 and heldout[steps[-1]] > heldout[steps[0]]:
+        return True, f"held-out success {heldout[steps[0]]:.0%} -> {heldout[steps[-1]]:.0%}"
+    rows = [r for r in history if finite_number(r.get(SUCCESS)) is not None]
+    if len(rows) < 2:
+        return False, "too few steps to tell"
+    half = len(rows) // 2
+
+    def pooled(part: Sequence[dict[str, Any]]) -> tuple[float, float]:
+        n = sum(finite_number(r.get(EPISODES)) or 1.0 for r in part)
+        return sum((finite_number(r.get(EPISODES)) or 1.0) * float(r[SUCCESS]) for r in part) / n, n
+
+    (p0, n0), (p1, n1) = pooled(rows[:half]), pooled(rows[half:])
+    p = (p0 * n0 + p1 * n1) / (n0 + n1)
+    se = math.sqrt(max(p * (1 - p), 1e-12) * (1 / n0 + 1 / n1))
+    z = (p1 - p0) / se
+    return z >= RISING_Z, f"training success {p0:.0%} -> {p1:.0%} over the run's halves (z {z:+.1f})"
+
+
 def attribution(
     history: Sequence[dict[str, Any]],
     heldout: dict[int, float],
@@ -111,10 +141,16 @@ def attribution(
         if not _outruns(name, changes, verifier_gain, min_gain):
             continue
         waited = ""
-        if name in shaping and patience > 1:
-            if not _held_for(name, history, heldout, completion_weight, window, min_gain, patience):
+        if name in shaping:
+            if patience > 1 and not _held_for(name, history, heldout, completion_weight, window, min_gain, patience):
                 continue
-            waited = f"; a shaping component, ahead of the verifier for {patience} steps in a row"
+            rising, evidence = verifier_rising(history, heldout)
+            if rising:
+                continue
+            waited = (
+                f"; a shaping component, ahead of the verifier for {patience} steps in a row while the verifier is "
+                f"not rising ({evidence})"
+            )
         flags[f"attribution:{name}"] = (
             f"{name} explains {change:+.2f} of the reward's change ({change / total:.0%} of all components' "
             f"movement) while the verifier's gain is worth {verifier_gain:+.2f} (training success "
