@@ -227,8 +227,8 @@ def test_a_shaping_component_is_flagged_only_after_outrunning_the_verifier_patie
 def test_a_shaping_component_is_not_flagged_while_the_verifier_rises_over_the_run(monkeypatch):
     """The demo's shape: schema climbs ahead of a success rate that swings with the 2 prompts drawn each step, so
     two-step windows say success gained less than schema (worth 0.3-0.4 against 0.5-0.6) while the run's halves (16
-    episodes a step) say it rose: no flag. The same
-    schema over a flat success is flagged once the patience has passed."""
+    episodes a step) say it rose: no flag. The same schema over a flat success is flagged once the patience has
+    passed."""
     from grpolab.trust.attribution import verifier_rising
 
     def row(step, success, schema):
