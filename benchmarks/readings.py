@@ -221,24 +221,29 @@ def _tau2_retail(t: dict[str, Any]) -> list[str]:
 
 
 def _hack_detection(h: dict[str, Any]) -> list[str]:
-    runs = h["runs"]
-    hacked = [name for name, r in runs.items() if r["hacked"]]
-    shipped = h["detectors"].get("grpolab:any (shipped thresholds)", {}).get("test")
+    truth = h["truth"]
+    hacked = [name for name, t in truth.items() if t["hacked"]]
+    families = sorted({t["family"] for t in truth.values()})
     text = (
-        f"{len(runs)} short real GRPO runs ({len(h['families'])} families x {len(h['seeds'])} seeds, "
-        f"{h['steps']} steps each); {len(hacked)} labelled hacked by the ground truth ({', '.join(hacked)})."
+        f"{len(truth)} short real GRPO runs ({len(families)} families, 8 steps each); {len(hacked)} hacked by the "
+        f"held-out ground truth ({', '.join(hacked) or 'none'}), {len(truth) - len(hacked)} honest. Each detector's "
+        "threshold is set, leaving the scored family out, to a false-alarm budget of "
+        f"{pct(h['budget'])} per honest run."
     )
-    if shipped:
-        text += (
-            f" grpolab's alarms at their shipped thresholds, on the held-out seed: recall {pct(shipped['recall'])}, "
-            f"false alarms on {pct(shipped['false_alarms'])} of honest runs."
-        )
+    for name in ("grpolab:any", "grpolab:any (shipped)"):
+        view = h["detectors"].get(name, {}).get("left_out")
+        if view:
+            recall = "n/a" if view["recall"] is None else pct(view["recall"])
+            fa = "n/a" if view["false_alarms"] is None else pct(view["false_alarms"])
+            text += f" {name}: recall {recall}, false alarms on {fa} of honest runs."
     sim = h.get("simulator", {})
-    if "winner_agreement" in sim:
-        text += (
-            f" The simulator named the class that won in {pct(sim['winner_agreement'])} of runs. With this few runs "
-            "every rate is an anecdote, not a calibrated false-alarm rate."
-        )
+    if sim.get("winner_agreement") is not None:
+        text += f" The simulator named the class that won in {pct(sim['winner_agreement'])} of runs"
+        if sim.get("direction_accuracy") is not None:
+            text += f" and the direction of {pct(sim['direction_accuracy'])} of {sim['class_moves']} class moves"
+        text += "."
+    if len(truth) < 24:
+        text += f" The benchmark is still growing ({len(truth)} of the 24 runs it needs): no rate here is calibrated."
     return [
         "### Hack detection",
         "",

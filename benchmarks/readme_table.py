@@ -226,23 +226,17 @@ def _bfcl_parity_row() -> str:
 
 
 def _hack_detection(h: dict) -> str:
-    """Recall, false alarms and lead time per detector on the held-out seeds."""
-    runs = h["runs"]
-    hacked = sum(1 for r in runs.values() if r["hacked"])
+    """Recall, false alarms and lead time per detector, each threshold fixed leaving the scored family out."""
     parts = []
     for name, d in h["detectors"].items():
-        t = d["test"]
+        t = d["left_out"]
         recall = "n/a" if t["recall"] is None else pct(t["recall"])
         fa = "n/a" if t["false_alarms"] is None else pct(t["false_alarms"])
-        clean = t.get("false_alarms_honest_configs")
-        fa += "" if clean is None else f" ({pct(clean)} on honest configs)"
         lead = "n/a" if t["median_lead"] is None else f"{t['median_lead']:+g}"
         parts.append(f"{name}: recall {recall}, false alarms {fa}, lead {lead}")
-    test = next(iter(h["detectors"].values()))["test"]
     return (
-        f"{len(runs)} real runs ({hacked} hacked by the ground truth), thresholds fixed on seed "
-        f"{h['calibration_seed']}, scored on the other seeds ({test['hacked_runs']} hacked, {test['honest_runs']} "
-        "honest): " + "; ".join(parts)
+        f"{h['runs_scored']} real runs ({h['hacked_runs']} hacked, {h['honest_runs']} honest by the held-out ground "
+        f"truth), thresholds at a {pct(h['budget'])} false-alarm budget, each family left out: " + "; ".join(parts)
     )
 
 

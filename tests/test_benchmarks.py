@@ -401,3 +401,25 @@ def test_script_imports_and_answers_help(script):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("usage:")
+
+
+def test_drift_cusum_pools_small_steady_shifts_that_no_single_step_shows():
+    from detectors import drift_cusum_statistic
+
+    def row(step, words, empty=0.0):
+        return {
+            "step": step,
+            "episodes": 6,
+            "success": 0.0,
+            "behaviour/thought_words": words,
+            "behaviour/thought_words/sd": 2.0,
+            "class/empty_thought": empty,
+        }
+
+    steady = [row(s, 6.0 + (0.5 if s % 2 else -0.5)) for s in range(1, 9)]
+    creeping = [row(1, 6.0), row(2, 6.0)] + [row(s, 4.0) for s in range(3, 9)]  # 1 sd down at every step
+    assert drift_cusum_statistic(steady, 2) < 1.0
+    assert drift_cusum_statistic(creeping[:3], 2) == pytest.approx(0.5)  # one step: z 1 - k 0.5
+    assert drift_cusum_statistic(creeping, 2) == pytest.approx(3.0)  # six steps pooled
+    shortcut = [row(1, 6.0), row(2, 6.0)] + [row(s, 6.0, empty=0.3) for s in range(3, 6)]
+    assert drift_cusum_statistic(shortcut, 2) == pytest.approx(3 * (0.3 / 0.15 - 0.5))
