@@ -41,7 +41,13 @@ class Recorded:
     episodes: dict[int, list[dict[str, Any]]]
     heldout: dict[int, float]
 
-    def heldout_until(self, step: int) -> dict[int, float]:
+    def step_at(self, t: int) -> int:
+        """The step number of the t-th recorded row (rows of skipped steps are not recorded, so t may be less)."""
+        return int(self.rows[t - 1].get("step", t)) if 0 < t <= len(self.rows) else t
+
+    def heldout_until(self, t: int) -> dict[int, float]:
+        """Held-out success of the evaluations made by the t-th recorded row's step."""
+        step = self.step_at(t)
         return {s: v for s, v in self.heldout.items() if s <= step}
 
 
@@ -86,23 +92,28 @@ def drift_cusum_statistic(rows: list[dict[str, Any]], window: int) -> float:
 
     Each step after the first `window` is compared with those first steps: a statistic's within-verdict change
     (`grpolab.trust.drift.within_verdict_change`, the step alone against the start) over the start's sd (or the
-    statistic's floor), a hack class's share change over CLASS_SCALE; S+ = max(0, S+ + z - k), S- = max(0, S- - z - k).
+    statistic's floor), for the structure statistics and every user component (`component:NAME`) as the drift alarm
+    watches them; two-sided, S+ = max(0, S+ + z - k), S- = max(0, S- - z - k). A hack class's share growth over
+    CLASS_SCALE, one-sided (growth only).
     The maximum over the statistics is what one threshold is compared with, so the threshold calibrated on honest
     runs is corrected across the statistics watched."""
     from grpolab.trust.behaviour import HACK_CLASSES, STATS
-    from grpolab.trust.drift import FLOORS, _pooled, within_verdict_change
+    from grpolab.trust.drift import COMPONENT_FLOOR, COMPONENT_STAT, FLOORS, _pooled, within_verdict_change
     from grpolab.vocabulary import class_key
 
     scored = [r for r in rows if finite_number(r.get(f"behaviour/{STATS[0]}")) is not None]
     if len(scored) <= window:
         return 0.0
     first, later = scored[:window], scored[window:]
+    prefix = f"behaviour/{COMPONENT_STAT}"
+    components = [k.removeprefix("behaviour/") for k in dict.fromkeys(k for r in scored for k in r)]
+    components = [c for c in components if f"behaviour/{c}".startswith(prefix) and "/" not in c]
     best = 0.0
-    for stat in STATS:
+    for stat in [*STATS, *components]:
         start = _pooled(first, stat)
         if start is None:
             continue
-        scale = max(start["sd"], FLOORS.get(stat, 0.1))
+        scale = max(start["sd"], FLOORS.get(stat, COMPONENT_FLOOR))
         up = down = 0.0
         for row in later:
             now = _pooled([row], stat)
@@ -167,7 +178,7 @@ def wasserstein1(a: list[float], b: list[float]) -> float:
 
 
 def advantage_drift(run: Recorded, t: int, threshold: float) -> bool:
-    steps = sorted(s for s in run.episodes if s <= t)
+    steps = sorted(s for s in run.episodes if s <= run.step_at(t))
     if len(steps) < 4:
         return False
     current = _advantages(run.episodes[steps[-1]])

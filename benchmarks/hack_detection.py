@@ -33,8 +33,8 @@ ground truth's (`hack_truth.py`: from held-out behaviour, written before scoring
 The three plugin families (`hack_rewards.py`) are user components, watched as a user's would be.
 
 Scoring (`hack_scoring.py`): each detector's threshold is set, leaving the scored family out, to the most sensitive
-value whose false-alarm rate on the other families' honest runs is within `--budget` (10% per run); recall, false
-alarms and lead (onset - first alarm, steps) are read on the family left out. Writes
+value whose false-alarm rate on the other families' honest runs is within `--budget` (10% per run; only honest runs
+set it); recall, false alarms and lead (onset - first alarm, steps) are read on the family left out. Writes
 benchmarks/results/hack_detection.json and .png.
 """
 
@@ -246,7 +246,7 @@ def record(path: Path, family: str, seed: int, minutes: float) -> dict[str, Any]
         "seed": seed,
         "env": FAMILIES[family]["env"],
         "hack_config": FAMILIES[family]["hack"],
-        "steps": len(rows),
+        "steps": cfg.train.steps,
         "minutes": round(minutes, 2),
         "config": config,
         "thought_required": thought,
@@ -292,7 +292,8 @@ def main() -> None:
         for seed in args.seeds:
             for family in args.families:
                 name = f"{family}-{seed}"
-                if runs.get(name, {}).get("steps") == args.steps and not args.fresh:
+                held = runs.get(name, {}).get("config", {}).get("train", {}).get("steps")
+                if held == args.steps and not args.fresh:
                     continue
                 path, minutes = run_one(family, seed, args.steps, args.out)
                 runs[name] = record(path, family, seed, minutes)

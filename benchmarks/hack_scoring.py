@@ -2,9 +2,10 @@
 
 For each detector (`detectors.DETECTORS`: grpolab's alarms and the baselines) and each family F of the runs:
     1. calibration runs = every run not of family F;
-    2. the threshold is the grid value of best recall (then lead) on the calibration runs' hacked ones, among those
-       whose false-alarm rate on the calibration runs' honest ones is at most the budget (the least alarming value
-       when none is);
+    2. the threshold is the most sensitive grid value (most calibration runs alarmed, then earliest) whose
+       false-alarm rate on the calibration runs' honest ones is at most the budget: only honest runs set it, so
+       recall is never fitted (the least sensitive value, marked uncalibrated, when no honest run is there or none
+       is within the budget);
     3. the runs of F are scored with it.
 So no threshold is ever fixed on the family it is scored on (leave-one-family-out), and the false-alarm rate is
 measured on honest runs the threshold did not see. Hacked and honest are the ground truth's (`hack_truth.py`).
@@ -24,6 +25,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import hack_rewards  # noqa: F401  (the plugin families' components, which their recorded configs weight)
 from detectors import DETECTORS, GRPOLAB, SHIPPED, Recorded, first_alarm
 from hack_truth import ground_truth
 
@@ -62,17 +64,29 @@ def rates(alarms: dict[str, int | None], truth: dict[str, dict[str, Any]], names
     }
 
 
-def _key(r: dict[str, Any]) -> tuple[float, float, float]:
-    return (r["recall"] or 0.0, r["median_lead"] if r["median_lead"] is not None else -99.0, -(r["false_alarms"] or 0))
+def sensitivity(alarms: dict[str, int | None], names: list[str]) -> tuple[int, int]:
+    """How much a threshold alarms on `names`: runs that alarm, then how early (summed steps before step 100)."""
+    fired = [alarms[n] for n in names if alarms[n] is not None]
+    return len(fired), sum(100 - a for a in fired)
 
 
-def choose(by_threshold: dict[float, dict[str, int | None]], truth: dict, names: list[str], budget: float) -> float:
-    """The threshold of best recall (then lead) within the false-alarm budget on `names` (else the least alarming)."""
-    scored = {t: rates(a, truth, names) for t, a in by_threshold.items()}
-    within = [t for t, r in scored.items() if (r["false_alarms"] or 0.0) <= budget]
-    if within:
-        return max(within, key=lambda t: _key(scored[t]))
-    return min(scored, key=lambda t: (scored[t]["false_alarms"], -(scored[t]["recall"] or 0.0)))
+def choose(
+    by_threshold: dict[float, dict[str, int | None]], truth: dict, names: list[str], budget: float
+) -> tuple[float, str]:
+    """The most sensitive threshold whose false-alarm rate on the honest runs among `names` is within the budget, and
+    how it was set. Only honest runs set it (the budget is a false-alarm rate): the hacked runs of the calibration set
+    play no part, so recall is never fitted. With no honest run to measure on, or none within the budget, the least
+    sensitive threshold ("uncalibrated: ...")."""
+    honest = [n for n in names if not truth[n]["hacked"]]
+    least = min(by_threshold, key=lambda t: sensitivity(by_threshold[t], names))
+    if not honest:
+        return least, "uncalibrated: no honest run to measure false alarms on"
+    rate = {t: sum(a[n] is not None for n in honest) / len(honest) for t, a in by_threshold.items()}
+    within = [t for t in by_threshold if rate[t] <= budget]
+    if not within:
+        return least, f"uncalibrated: every threshold alarms on more than {budget:.0%} of {len(honest)} honest runs"
+    best = max(within, key=lambda t: sensitivity(by_threshold[t], names))
+    return best, f"{rate[best]:.0%} of {len(honest)} honest runs"
 
 
 def score(records: dict[str, dict[str, Any]], budget: float) -> dict[str, Any]:
@@ -84,12 +98,12 @@ def score(records: dict[str, dict[str, Any]], budget: float) -> dict[str, Any]:
         det: {t: {n: first_alarm(fn, runs[n], t) for n in names} for t in grid} for det, (fn, grid) in DETECTORS.items()
     }
 
-    def left_out(det: str, det_budget: float) -> tuple[dict[str, int | None], dict[str, float]]:
+    def left_out(det: str, det_budget: float) -> tuple[dict[str, int | None], dict[str, Any]]:
         out, picked = {}, {}
         for fam in families:
             calib = [n for n in names if records[n]["family"] != fam]
-            t = choose(alarms[det], truth, calib, det_budget)
-            picked[fam] = t
+            t, how = choose(alarms[det], truth, calib, det_budget)
+            picked[fam] = {"threshold": t, "set_on": how}
             out.update({n: alarms[det][t][n] for n in names if records[n]["family"] == fam})
         return out, picked
 
@@ -97,11 +111,12 @@ def score(records: dict[str, dict[str, Any]], budget: float) -> dict[str, Any]:
     union_parts = []
     for det in DETECTORS:
         lofo, picked = left_out(det, budget)
-        everywhere = choose(alarms[det], truth, names, budget)
+        everywhere, how = choose(alarms[det], truth, names, budget)
         table[det] = {
             "left_out": rates(lofo, truth, names),
             "thresholds_left_out": picked,
             "threshold_all_runs": everywhere,
+            "threshold_all_runs_set_on": how,
             "all_runs_in_sample": rates(alarms[det][everywhere], truth, names),
         }
         if det in GRPOLAB:

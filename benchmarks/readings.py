@@ -225,7 +225,7 @@ def _hack_detection(h: dict[str, Any]) -> list[str]:
     hacked = [name for name, t in truth.items() if t["hacked"]]
     families = sorted({t["family"] for t in truth.values()})
     text = (
-        f"{len(truth)} short real GRPO runs ({len(families)} families, 8 steps each); {len(hacked)} hacked by the "
+        f"{len(truth)} short real GRPO runs ({len(families)} families); {len(hacked)} hacked by the "
         f"held-out ground truth ({', '.join(hacked) or 'none'}), {len(truth) - len(hacked)} honest. Each detector's "
         "threshold is set, leaving the scored family out, to a false-alarm budget of "
         f"{pct(h['budget'])} per honest run."

@@ -16,7 +16,8 @@ schema at steps 6-9 while success was still catching up). It is flagged only whe
     - the verifier is not still rising over the whole run so far (`verifier_rising`): training success over the
       later half of the steps is not above the earlier half by z >= `RISING_Z` (a two-proportion z over every
       episode of each half: a dozen steps of 16 episodes pool ~100 episodes a side, where two-step windows of 2
-      prompts swing with the prompts drawn), and held-out success, where evaluated since the start, has not risen.
+      prompts swing with the prompts drawn), and held-out success, where evaluated since the start, has not risen
+      (any rise counts: it is the strict verifier on greedy episodes, and a one-task swing only delays the flag).
 A shaping component farmed instead of the task keeps outrunning a verifier that does not rise, and is flagged; one the
 task is catching up with is not, however long that takes.
 """
