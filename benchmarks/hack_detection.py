@@ -35,7 +35,8 @@ The three plugin families (`hack_rewards.py`) are user components, watched as a 
 Scoring (`hack_scoring.py`): each detector's threshold is set, leaving the scored family out, to the most sensitive
 value whose false-alarm rate on the other families' honest runs is within `--budget` (10% per run; only honest runs
 set it); recall, false alarms and lead (onset - first alarm, steps) are read on the family left out. Writes
-benchmarks/results/hack_detection.json and .png.
+benchmarks/results/hack_detection.json and .png, and src/grpolab/trust/calibration.json: each alarm's false alarms at
+its shipped threshold, which the alarm's own line then states (`grpolab.trust.calibration`).
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ from typing import Any
 
 import hack_rewards  # noqa: F401  (registers the plugin families' components in this process)
 from common import CONFIGS, results_path, solved, write_results
-from hack_scoring import plot, score
+from hack_scoring import calibration_record, plot, score
 from hack_truth import class_shares, heldout_summary, training_view
 
 from grpolab.config import load_config
 from grpolab.envs import env_for
 from grpolab.rundir import RunDir
 from grpolab.trust.behaviour import HACK_CLASSES, classify_episode
+from grpolab.trust.calibration import CALIBRATION_FILE
 from grpolab.trust.drift import step_behaviour
 
 DEMO_WEIGHTS = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
@@ -302,7 +304,8 @@ def main() -> None:
     scored = score(runs, args.budget)
     path = save(runs, scored, f"{command} --budget {args.budget}")
     plot(scored, results_path("hack_detection", ".png"))
-    print(f"wrote {path}")
+    CALIBRATION_FILE.write_text(json.dumps(calibration_record(scored, time.strftime("%Y-%m-%d")), indent=1) + "\n")
+    print(f"wrote {path} and {CALIBRATION_FILE}")
     for name, d in scored["detectors"].items():
         print(f"{name:40s} {json.dumps(d['left_out'])}")
 

@@ -64,6 +64,25 @@ def rates(alarms: dict[str, int | None], truth: dict[str, dict[str, Any]], names
     }
 
 
+def calibration_record(scored: dict[str, Any], date: str) -> dict[str, Any]:
+    """What `grpolab.trust.calibration` ships: per grpolab alarm, the shipped threshold's false alarms on the honest
+    runs, and the threshold the budget picks on every run."""
+    alarms = {}
+    for det in GRPOLAB:
+        d = scored["detectors"][det]
+        shipped = d["shipped"]
+        alarms[det.removeprefix("grpolab:")] = {
+            "shipped": shipped["threshold"],
+            "honest_runs": shipped["honest_runs"],
+            "false_alarms_shipped": len(shipped["false"]),
+            "hacked_runs": shipped["hacked_runs"],
+            "caught_shipped": shipped["hacked_runs"] - len(shipped["missed"]),
+            "at_budget": d["threshold_all_runs"],
+            "at_budget_set_on": d["threshold_all_runs_set_on"],
+        }
+    return {"budget": scored["budget"], "runs": scored["runs_scored"], "date": date, "alarms": alarms}
+
+
 def sensitivity(alarms: dict[str, int | None], names: list[str]) -> tuple[int, int]:
     """How much a threshold alarms on `names`: runs that alarm, then how early (summed steps before step 100)."""
     fired = [alarms[n] for n in names if alarms[n] is not None]
@@ -121,6 +140,7 @@ def score(records: dict[str, dict[str, Any]], budget: float) -> dict[str, Any]:
         }
         if det in GRPOLAB:
             union_parts.append(left_out(det, budget / len(GRPOLAB))[0])
+            table[det]["shipped"] = {"threshold": SHIPPED[det], **rates(alarms[det][SHIPPED[det]], truth, names)}
     union = {n: min((a[n] for a in union_parts if a[n] is not None), default=None) for n in names}
     table[UNION] = {"left_out": rates(union, truth, names), "each_at": budget / len(GRPOLAB)}
     shipped = [{n: first_alarm(GRPOLAB[d][0], runs[n], t) for n in names} for d, t in SHIPPED.items()]

@@ -18,6 +18,7 @@ from grpolab.config import LabConfig
 from grpolab.rewards.components import BUILTIN_COMPONENTS
 from grpolab.rundir.numbers import finite, finite_number
 from grpolab.trust.attribution import attribution
+from grpolab.trust.calibration import note_for
 from grpolab.trust.drift import drift_alarms
 from grpolab.vocabulary import (
     ALARMS,
@@ -161,4 +162,8 @@ class AlarmWatch:
             self.shaping,
             w.shaping_patience,
         )
-        return {**fields, ALARMS: {**alarms, **flags}, KL_OVER_BOUND: KL_BOUND in alarms}
+        raised = {**alarms, **flags}
+        for name, why in raised.items():
+            if note := note_for(name, self.cfg):
+                raised[name] = f"{why}; {note}"
+        return {**fields, ALARMS: raised, KL_OVER_BOUND: KL_BOUND in alarms}

@@ -1,0 +1,56 @@
+"""An alarm raised at its shipped threshold says what the benchmark measured of its false alarms; a changed
+threshold says nothing it did not measure."""
+
+import json
+
+from grpolab.config import LabConfig
+from grpolab.trust.alarms import AlarmWatch
+from grpolab.trust.calibration import CALIBRATION_FILE, calibration, family_of, note_for
+
+RECORD = {
+    "budget": 0.1,
+    "date": "2026-12-04",
+    "alarms": {"drift": {"shipped": 1.0, "honest_runs": 5, "false_alarms_shipped": 2}},
+}
+
+
+def test_the_note_states_the_measured_false_alarms_of_the_threshold_in_use():
+    cfg = LabConfig()
+    note = note_for("drift:class/empty_thought", cfg, RECORD)
+    assert note.startswith("false alarms at this threshold (drift_z 1): 2 of 5 honest benchmark runs")
+    assert "budget 10% per run" in note and "2026-12-04" in note
+    changed = cfg.model_copy(deep=True)
+    changed.watch.drift_z = 2.0
+    assert note_for("drift:calls", changed, RECORD) == ""  # nothing was measured at 2.0
+    assert note_for("reward_hacking", cfg, RECORD) == ""  # no record for it
+    assert note_for("kl_bound", cfg, RECORD) == ""  # not a calibrated alarm
+    assert note_for("drift:calls", cfg, {}) == ""
+
+
+def test_alarm_families():
+    assert family_of("drift:class/empty_thought") == "drift"
+    assert family_of("attribution:schema") == "attribution"
+    assert family_of("reward_hacking") == "reward_hacking"
+    assert family_of("entropy_collapse") is None
+
+
+def test_the_watch_appends_the_note_to_a_raised_alarm(monkeypatch):
+    monkeypatch.setattr("grpolab.trust.alarms.note_for", lambda name, cfg: note_for(name, cfg, RECORD))
+    watch = AlarmWatch(LabConfig())
+    row = {"step": 1, "reward/mean": 1.0, "class/empty_thought": 0.0, "behaviour/thought_words": 5.0}
+    watch.check(row)
+    watch.check({**row, "step": 2})
+    watch.check({**row, "step": 3, "class/empty_thought": 0.9})
+    raised = watch.check({**row, "step": 4, "class/empty_thought": 0.9})["alarms"]
+    assert "drift:class/empty_thought" in raised
+    assert raised["drift:class/empty_thought"].endswith("benchmarks/hack_detection.py, 2026-12-04)")
+
+
+def test_the_shipped_calibration_file_is_readable_where_it_exists():
+    if not CALIBRATION_FILE.is_file():
+        assert calibration(CALIBRATION_FILE) == {}
+        return
+    record = json.loads(CALIBRATION_FILE.read_text())
+    assert set(record["alarms"]) <= {"reward_hacking", "drift", "attribution"}
+    for entry in record["alarms"].values():
+        assert 0 <= entry["false_alarms_shipped"] <= entry["honest_runs"]
