@@ -174,15 +174,49 @@ def _shares(episodes: list[dict[str, Any]]) -> dict[str, float]:
     return {c: labels.count(c) / max(len(labels), 1) for c in CLASSES}
 
 
+LR_GRID = (0.3, 1.0, 3.0, 10.0, 30.0)
+"""Simulator step sizes scored beside the shipped one (`grpolab.trust.simulate.DEFAULT_LR`)."""
+
+
+def _forecast(sim: dict[str, Any], real_start: dict[str, float], real_end: dict[str, float]) -> dict[str, Any]:
+    """One simulated run against the real one: the winner, and the direction of each class the real run moved."""
+    sim_delta = {c: v["final"] - v["initial"] for c, v in sim.items()}
+    moved = {c: real_end[c] - real_start[c] for c in CLASSES if abs(real_end[c] - real_start[c]) >= MOVE}
+    right = {c: (d > 0) == (sim_delta.get(c, 0.0) > 0) and abs(sim_delta.get(c, 0.0)) > 1e-3 for c, d in moved.items()}
+    predicted, real = max(sim, key=lambda c: sim[c]["final"]), max(real_end, key=real_end.get)
+    return {
+        "predicted_winner": predicted,
+        "real_winner": real,
+        "real_moves": {c: round(d, 3) for c, d in moved.items()},
+        "simulated_moves": {c: round(sim_delta.get(c, 0.0), 3) for c in moved},
+        "direction_right": right,
+        "move_error": sum(abs(sim_delta.get(c, 0.0) - (real_end[c] - real_start[c])) for c in CLASSES) / 2,
+    }
+
+
+def _summary(per_run: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    runs = [r for r in per_run.values() if "error" not in r]
+    moves = sum(len(r["direction_right"]) for r in runs)
+    right = sum(sum(r["direction_right"].values()) for r in runs)
+    return {
+        "winner_agreement": sum(r["predicted_winner"] == r["real_winner"] for r in runs) / len(runs) if runs else None,
+        "direction_accuracy": right / moves if moves else None,
+        "class_moves": moves,
+        "mean_move_error": sum(r["move_error"] for r in runs) / len(runs) if runs else None,
+    }
+
+
 def simulator_scores(records: dict[str, dict[str, Any]], runs: dict[str, Recorded]) -> dict[str, Any]:
-    """Per run: the simulator's winning class and its direction for each class the real run moved."""
+    """Per run: the simulator (shipped step size) against the run; then the same at each step size of LR_GRID
+    (`mean_move_error`: half the summed |simulated - real| class-share change, 0 to 1), to say whether the shipped
+    step size is what these runs call for."""
     from grpolab.envs import env_for
     from grpolab.models import model_token_counter
-    from grpolab.trust.simulate import SimSettings, measure_profiles, simulate
+    from grpolab.trust.simulate import DEFAULT_LR, SimSettings, measure_profiles, simulate
 
-    out: dict[str, Any] = {}
-    agree = moves = right = 0
-    winners = []
+    grid = sorted({DEFAULT_LR, *LR_GRID})
+    by_lr: dict[float, dict[str, Any]] = {lr: {} for lr in grid}
+    errors: dict[str, Any] = {}
     for name, run in runs.items():
         steps = sorted(run.episodes)
         if len(steps) < 3:
@@ -198,33 +232,17 @@ def simulator_scores(records: dict[str, dict[str, Any]], runs: dict[str, Recorde
             profiles = measure_profiles(
                 env, count, r.length_unit, weights=r.weights, thought_min_words=r.thought_min_words
             )
-            sim = simulate(profiles, prior, SimSettings(cfg, steps=len(steps)))["classes"]
+            for lr in grid:
+                sim = simulate(profiles, prior, SimSettings(cfg, steps=len(steps), lr=lr))["classes"]
+                by_lr[lr][name] = _forecast(sim, real_start, real_end)
         except Exception as exc:  # a reward the simulator cannot profile is reported, not hidden
-            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-            continue
-        sim_delta = {c: v["final"] - v["initial"] for c, v in sim.items()}
-        predicted = max(sim, key=lambda c: sim[c]["final"])
-        real = max(real_end, key=real_end.get)
-        moved = {c: real_end[c] - real_start[c] for c in CLASSES if abs(real_end[c] - real_start[c]) >= MOVE}
-        direction = {
-            c: (d > 0) == (sim_delta.get(c, 0.0) > 0) and abs(sim_delta.get(c, 0.0)) > 1e-3 for c, d in moved.items()
-        }
-        winners.append(predicted == real)
-        moves += len(direction)
-        right += sum(direction.values())
-        agree += predicted == real
-        out[name] = {
-            "predicted_winner": predicted,
-            "real_winner": real,
-            "real_moves": {c: round(d, 3) for c, d in moved.items()},
-            "simulated_moves": {c: round(sim_delta.get(c, 0.0), 3) for c in moved},
-            "direction_right": direction,
-        }
+            errors[name] = f"{type(exc).__name__}: {exc}"
     return {
-        "runs": out,
-        "winner_agreement": agree / len(winners) if winners else None,
-        "direction_accuracy": right / moves if moves else None,
-        "class_moves": moves,
+        "runs": by_lr[DEFAULT_LR],
+        "errors": errors,
+        **_summary(by_lr[DEFAULT_LR]),
+        "lr": DEFAULT_LR,
+        "by_lr": {str(lr): _summary(per_run) for lr, per_run in by_lr.items()},
     }
 
 
