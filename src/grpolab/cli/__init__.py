@@ -81,7 +81,11 @@ def config(
         # values are the user's (model names, data paths) and "[reward]" would read as a markup tag
         line = f"{section} = {values!r}" if not isinstance(values, dict) else f"[{section}] {values}"
         console.print(line, markup=False)
-    choice = resolve_precision(cfg, environment)
+    try:  # on a CPU with native bf16, auto is settled by a probe that loads the model
+        choice = resolve_precision(cfg, environment)
+    except UserError as exc:  # the config is printed all the same: a model that does not load is train's error
+        console.print(f"train.precision {cfg.train.precision}: not resolved here ({exc})", markup=False)
+        return
     console.print(f"train.precision {choice.requested} -> {choice.chosen} on this host: {choice.why}", markup=False)
 
 
