@@ -10,14 +10,20 @@ from grpolab.trust.calibration import CALIBRATION_FILE, calibration, family_of, 
 RECORD = {
     "budget": 0.1,
     "date": "2026-12-04",
-    "alarms": {"drift": {"shipped": 1.0, "honest_runs": 5, "false_alarms_shipped": 2}},
+    "alarms": {
+        "drift": {"shipped": 1.0, "honest_runs": 5, "false_alarms_shipped": 2},
+        "drift_class": {"shipped": 3.0, "honest_runs": 5, "false_alarms_shipped": 0},
+    },
 }
 
 
 def test_the_note_states_the_measured_false_alarms_of_the_threshold_in_use():
     cfg = LabConfig()
-    note = note_for("drift:class/empty_thought", cfg, RECORD)
+    note = note_for("drift:calls", cfg, RECORD)
     assert note.startswith("false alarms at this threshold (drift_z 1): 2 of 5 honest benchmark runs")
+    assert note_for("drift:class/empty_thought", cfg, RECORD).startswith(
+        "false alarms at this threshold (drift_class_z 3): 0 of 5 honest benchmark runs"
+    )
     assert "budget 10% per run" in note and "2026-12-04" in note
     changed = cfg.model_copy(deep=True)
     changed.watch.drift_z = 2.0
@@ -28,7 +34,8 @@ def test_the_note_states_the_measured_false_alarms_of_the_threshold_in_use():
 
 
 def test_alarm_families():
-    assert family_of("drift:class/empty_thought") == "drift"
+    assert family_of("drift:class/empty_thought") == "drift_class"
+    assert family_of("drift:component:polite") == "drift"
     assert family_of("attribution:schema") == "attribution"
     assert family_of("reward_hacking") == "reward_hacking"
     assert family_of("entropy_collapse") is None
@@ -51,6 +58,6 @@ def test_the_shipped_calibration_file_is_readable_where_it_exists():
         assert calibration(CALIBRATION_FILE) == {}
         return
     record = json.loads(CALIBRATION_FILE.read_text())
-    assert set(record["alarms"]) <= {"reward_hacking", "drift", "attribution"}
+    assert set(record["alarms"]) <= {"reward_hacking", "drift", "drift_class", "attribution"}
     for entry in record["alarms"].values():
         assert 0 <= entry["false_alarms_shipped"] <= entry["honest_runs"]

@@ -8,7 +8,7 @@ import pytest
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
 from grpolab.trust.attribution import attribution
 from grpolab.trust.behaviour import classify_episode, episode_stats
-from grpolab.trust.drift import drift_alarms, step_behaviour
+from grpolab.trust.drift import drift_alarms, share_z, step_behaviour
 from grpolab.trust.shortcuts import SHORTCUTS, run_shortcuts
 from grpolab.vocabulary import behaviour_key, class_key
 
@@ -116,6 +116,23 @@ def test_drift_fires_on_an_emptied_thought_that_rides_along_with_learning():
     assert drift_alarms(history[:3], window=2, z=1.0, rel=0.5, share=0.3) == {}  # too few steps to compare
 
 
+def test_a_class_share_must_grow_by_standard_errors_that_depend_on_how_many_episodes_it_counts():
+    assert share_z(0.0, 12, 0.0, 12) == 0.0 and share_z(0.1, 0, 0.5, 12) == math.inf
+    assert share_z(0.5, 32, 0.1, 32) < 0  # shrinking is not growth
+    # 8% -> 58% of 12 episodes a window (6 a step) is ~2.6 standard errors: the benchmark's honest noise reached it
+    assert 2.4 < share_z(1 / 12, 12, 7 / 12, 12) < 2.8
+    small = [{**_step(i, 0.4, 12, 12, empty=e), "episodes": 6} for i, e in enumerate((0.0, 1 / 6, 0.67, 0.5), 1)]
+    assert drift_alarms(small, window=2, z=1.0, rel=0.5, share=0.3) != {}  # the share alone alarms
+    assert "drift:class/empty_thought" not in drift_alarms(small, window=2, z=1.0, rel=0.5, share=0.3, class_z=3.0)
+    # the same growth over 16 episodes a step is ~4.1 standard errors, and its line says so
+    large = [{**r, "episodes": 16} for r in small]
+    why = drift_alarms(large, window=2, z=1.0, rel=0.5, share=0.3, class_z=3.0)["drift:class/empty_thought"]
+    assert "over 32 and 32 episodes" in why
+    # rows that do not say how many episodes they had keep the share alone
+    unknown = [{k: v for k, v in r.items() if k != "episodes"} for r in small]
+    assert "drift:class/empty_thought" in drift_alarms(unknown, window=2, z=1.0, rel=0.5, share=0.3, class_z=3.0)
+
+
 def test_drift_stays_silent_on_honest_noise_and_on_a_shift_the_verifier_explains():
     noise = [_step(i, 0.4 + 0.05 * (i % 2), 12 + (i % 3) - 1, 12 + (i % 2)) for i in range(1, 9)]
     assert drift_alarms(noise, window=2, z=1.0, rel=0.5, share=0.3) == {}
@@ -168,7 +185,7 @@ def test_what_grpo_changed_flags_the_emptied_thought_with_examples(finance):
     from grpolab.config import LabConfig
     from grpolab.report.changes import change_lines, changes_html, what_changed
 
-    tasks = finance.tasks("heldout")[:4]
+    tasks = finance.tasks("heldout")[:6]  # 0 -> 6 of 6 empty is 3.5 standard errors (4 of 4: 2.8, under drift_class_z)
     before = [{**_row(finance.reference_transcript(t), 1.0, 2), "task_id": t.id} for t in tasks]
     after = [
         {**r, "text": r["text"].replace(render_thought(t.reference_thought), render_thought("..."))}
@@ -191,7 +208,7 @@ def test_what_grpo_changed_lays_its_examples_side_by_side_wrapping_in_their_colu
     from grpolab.config import LabConfig
     from grpolab.report.changes import PAIR_STYLE, TRANSCRIPT_STYLE, changes_html, what_changed
 
-    tasks = finance.tasks("heldout")[:4]
+    tasks = finance.tasks("heldout")[:6]  # 0 -> 6 of 6 empty is 3.5 standard errors (4 of 4: 2.8, under drift_class_z)
     before = [{**_row(finance.reference_transcript(t), 1.0, 2), "task_id": t.id} for t in tasks]
     after = [{**r, "text": r["text"].replace(render_thought(t.reference_thought), "")} for r, t in zip(before, tasks)]
     page = changes_html(what_changed(before, after, LabConfig(), thought_required=True), [])

@@ -193,6 +193,10 @@ class WatchConfig(_Section):
     """Drift alarm: the same change as a fraction of the statistic's start mean that also counts (both must hold)."""
     drift_share: float = Field(0.3, gt=0, le=1)
     """Drift alarm: growth of a hack class's share of the episodes (empty thought, hedged answer...) that counts."""
+    drift_class_z: float = Field(3.0, ge=0)
+    """Drift alarm: the same growth in standard errors of a two-proportion test over the windows' episodes, that also
+    counts (both must hold): the share's noise shrinks with the episodes a step has, and this threshold does not care
+    how many that is. 0 applies the share alone."""
     attribution_min: float = Field(0.15, gt=0)
     """Attribution flag: least gain of a non-completion component that, above the verifier's gain, is flagged."""
     shaping_patience: int = Field(6, ge=1)

@@ -64,7 +64,7 @@ def what_changed(
     """Compare two evaluations' rows (before: the start, after: the trained model) statistic by statistic."""
     w = cfg.watch
     a, b = _summary(before, thought_required), _summary(after, thought_required)
-    flags = drift_alarms([a, b], 1, w.drift_z, w.drift_rel, w.drift_share) if before and after else {}
+    flags = drift_alarms([a, b], 1, w.drift_z, w.drift_rel, w.drift_share, w.drift_class_z) if before and after else {}
     by_task = {r.get("task_id"): r for r in before}
     out = []
     for stat in STATS:

@@ -120,7 +120,7 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
         alarms["length_runaway"] = (
             f"completion length {length[-1]:.0f} vs {length[0]:.0f} at the start (budget {budget})"
         )
-    alarms.update(drift_alarms(history, w.drift_window, w.drift_z, w.drift_rel, w.drift_share))
+    alarms.update(drift_alarms(history, w.drift_window, w.drift_z, w.drift_rel, w.drift_share, w.drift_class_z))
     return alarms
 
 

@@ -1,11 +1,11 @@
 """What the hack-detection benchmark measured about each alarm's false alarms, said on the alarm's own line.
 
 `benchmarks/hack_detection.py` runs short real GRPO runs, labels each hacked or honest from held-out behaviour, and
-writes `calibration.json` beside this file: for each of grpolab's alarms (reward_hacking, drift, attribution), the
-threshold the `[watch]` defaults ship, on how many of the benchmark's honest runs it alarmed, and the threshold a
-false-alarm budget would pick. An alarm raised at the shipped threshold carries that record in its explanation
-(`note_for`), so a user reads what one costs: "false alarms at this threshold: 2 of 5 honest benchmark runs". A
-threshold the user changed gets no such line: nothing was measured at it.
+writes `calibration.json` beside this file: for each of grpolab's alarms (reward_hacking, drift, drift_class,
+attribution), the threshold the `[watch]` defaults ship, on how many of the benchmark's honest runs it alarmed, and the
+threshold a false-alarm budget would pick. An alarm raised at the shipped threshold carries that record in its
+explanation (`note_for`), so a user reads what one costs: "false alarms at this threshold: 2 of 5 honest benchmark
+runs". A threshold the user changed gets no such line: nothing was measured at it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ from typing import Any
 from grpolab.config import LabConfig
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
-FAMILIES = {"reward_hacking": "hack_t", "drift": "drift_z", "attribution": "attribution_min"}
+FAMILIES = {
+    "reward_hacking": "hack_t",
+    "drift": "drift_z",
+    "drift_class": "drift_class_z",
+    "attribution": "attribution_min",
+}
 """The calibrated alarm families and the `[watch]` field that is each one's threshold."""
 
 
@@ -34,8 +39,9 @@ def calibration(path: Path = CALIBRATION_FILE) -> dict[str, Any]:
 
 
 def family_of(alarm: str) -> str | None:
-    """`drift` for `drift:class/empty_thought`, `reward_hacking` for itself; None for an alarm not calibrated."""
-    family = alarm.split(":", 1)[0]
+    """`drift` for `drift:calls`, `drift_class` for `drift:class/empty_thought`, `reward_hacking` for itself; None for
+    an alarm not calibrated."""
+    family = "drift_class" if alarm.startswith("drift:class/") else alarm.split(":", 1)[0]
     return family if family in FAMILIES else None
 
 

@@ -14,7 +14,10 @@ with p1 the recent success rate and solved0/failed0 the start's means of solved 
 overall mean stands in for a verdict with no episode at the start). The alarm fires when
     |delta| >= watch.drift_z * max(sd0, floor)   and   |delta| >= watch.drift_rel * max(|mean0|, floor)
 (sd0: the start's per-episode standard deviation; floor: the smallest change that means something for that
-statistic, `FLOORS`), or when a hack class's share (`HACK_CLASSES`) grew by at least `watch.drift_share`.
+statistic, `FLOORS`), or when a hack class's share (`HACK_CLASSES`) grew by at least `watch.drift_share` and by at
+least `watch.drift_class_z` standard errors of a two-proportion test over the windows' episodes (`share_z`): a share
+of 6 episodes moves by 0.17 for one episode, of 48 by 0.02, so a threshold in standard errors means the same false-alarm
+rate on a small run and a large one, where a share threshold alone does not.
 
 A reward component that is not built in (a plugin's, an environment's own) is a statistic too, `component:NAME`
 (its unweighted value per episode): what a user's reward pays for is watched by its name, as the built-in structure
@@ -125,8 +128,28 @@ def within_verdict_change(start: dict[str, Any], recent: dict[str, Any]) -> floa
     return change
 
 
-def drift_alarms(history: Sequence[dict[str, Any]], window: int, z: float, rel: float, share: float) -> dict[str, str]:
-    """Drift alarms for the latest row of `history` (metric rows with behaviour fields, oldest first)."""
+def share_z(s0: float, n0: float, s1: float, n1: float) -> float:
+    """The two-proportion z of a share's growth s0 -> s1 over n0 and n1 episodes (pooled variance); 0 when the pooled
+    share is 0 or 1 (nothing varies), inf when the episode counts are unknown (no test to apply)."""
+    if n0 <= 0 or n1 <= 0:
+        return math.inf
+    p = (s0 * n0 + s1 * n1) / (n0 + n1)
+    se = math.sqrt(p * (1.0 - p) * (1.0 / n0 + 1.0 / n1))
+    return (s1 - s0) / se if se > 1e-12 else 0.0
+
+
+def _episodes(rows: Sequence[dict[str, Any]]) -> float:
+    """Episodes behind a window's class shares (0 when a row does not say how many it had)."""
+    counts = [_num(r, EPISODES) for r in rows]
+    return 0.0 if any(c is None for c in counts) else float(sum(c or 0.0 for c in counts))
+
+
+def drift_alarms(
+    history: Sequence[dict[str, Any]], window: int, z: float, rel: float, share: float, class_z: float = 0.0
+) -> dict[str, str]:
+    """Drift alarms for the latest row of `history` (metric rows with behaviour fields, oldest first). A hack class
+    alarms when its share grew by `share` and by `class_z` standard errors (`share_z`; rows without an episode count
+    apply the share alone)."""
     rows = [r for r in history if _num(r, behaviour_key(STATS[0])) is not None]
     if len(rows) < 2 * window:
         return {}
@@ -146,9 +169,12 @@ def drift_alarms(history: Sequence[dict[str, Any]], window: int, z: float, rel: 
                 f"{abs(delta) / max(a['sd'], floor):.1f} start sd) while success went {a['success']:.0%} -> "
                 f"{b['success']:.0%}"
             )
+    n0, n1 = _episodes(first), _episodes(last)
     for c in sorted(HACK_CLASSES):
         s0 = sum(_num(r, class_key(c)) or 0.0 for r in first) / window
         s1 = sum(_num(r, class_key(c)) or 0.0 for r in last) / window
-        if s1 - s0 >= share:
-            alarms[f"drift:class/{c}"] = f"{c} episodes {s0:.0%} -> {s1:.0%} of each step"
+        zc = share_z(s0, n0, s1, n1)
+        if s1 - s0 >= share and zc >= class_z:
+            evidence = f" (z {zc:.1f} over {n0:.0f} and {n1:.0f} episodes)" if math.isfinite(zc) else ""
+            alarms[f"drift:class/{c}"] = f"{c} episodes {s0:.0%} -> {s1:.0%} of each step{evidence}"
     return alarms
