@@ -250,6 +250,7 @@ def record(path: Path, family: str, seed: int, minutes: float) -> dict[str, Any]
         "hack_config": FAMILIES[family]["hack"],
         "steps": cfg.train.steps,
         "minutes": round(minutes, 2),
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": config,
         "thought_required": thought,
         "rows": rows,

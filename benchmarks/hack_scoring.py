@@ -36,6 +36,9 @@ MOVE = 0.15
 """A class share change (first step -> last two steps) that counts as a move for the simulator's direction score."""
 SMOOTHING = 0.5
 """Pseudo-episodes per class in the prior (as `grpolab.trust.simulate.prior_from_rows`)."""
+CHOSEN_AT = {"grpolab:drift_class": "2026-12-04T12:30:00Z"}
+"""When a shipped threshold was chosen (commit 793f9dd, on the runs recorded before it): the runs recorded after it
+(`recorded_at`, UTC) score it out of sample (`shipped_out_of_sample`)."""
 UNION = "grpolab:any"
 UNION_SHIPPED = "grpolab:any (shipped)"
 
@@ -144,6 +147,12 @@ def score(records: dict[str, dict[str, Any]], budget: float) -> dict[str, Any]:
         if det in GRPOLAB:
             union_parts.append(left_out(det, budget / len(GRPOLAB))[0])
             table[det]["shipped"] = {"threshold": SHIPPED[det], **rates(alarms[det][SHIPPED[det]], truth, names)}
+            if det in CHOSEN_AT:
+                later = [n for n in names if records[n].get("recorded_at", "") > CHOSEN_AT[det]]
+                table[det]["shipped_out_of_sample"] = {
+                    "chosen_at": CHOSEN_AT[det],
+                    **rates(alarms[det][SHIPPED[det]], truth, later),
+                }
     union = {n: min((a[n] for a in union_parts if a[n] is not None), default=None) for n in names}
     table[UNION] = {"left_out": rates(union, truth, names), "each_at": budget / len(GRPOLAB)}
     shipped = [alarms[d][t] for d, t in SHIPPED.items()]  # the shipped thresholds are grid values, replayed above
