@@ -52,6 +52,7 @@ import hack_rewards  # noqa: F401  (registers the plugin families' components in
 from common import CONFIGS, results_path, solved, write_results
 from hack_scoring import calibration_record, plot, score
 from hack_truth import class_shares, heldout_summary, training_view
+from shortcut_likelihood import run_ratios
 
 from grpolab.config import load_config
 from grpolab.envs import env_for
@@ -135,7 +136,7 @@ def run_overrides(family: str, seed: int, steps: int) -> dict[str, Any]:
         "train.steps": steps,
         "train.eval_every": EVAL_EVERY,
         "train.eval_limit": HELDOUT_TASKS,
-        "train.checkpoint_every": 1000,
+        "train.checkpoint_every": EVAL_EVERY,  # the shortcut-likelihood candidate reads every checkpoint
         "train.episodes_per_step_logged": 64,
     }
     if spec["env"] == "finance":
@@ -258,7 +259,17 @@ def record(path: Path, family: str, seed: int, minutes: float) -> dict[str, Any]
         "heldout": heldout,
         "training_view": training_view(by_step, thought),
         "examples": _examples(last_rows, thought),
+        "shortcut_ratio": shortcut_ratios(path),
     }
+
+
+def shortcut_ratios(path: Path) -> dict[str, dict[str, float]]:
+    """The run's checkpoints read by `shortcut_likelihood.run_ratios` ({} when they cannot be: the run is kept)."""
+    try:
+        return run_ratios(path)
+    except Exception as exc:  # a probe that fails must not cost the run its record
+        print(f"shortcut ratios of {path} not measured: {type(exc).__name__}: {exc}", flush=True)
+        return {}
 
 
 def load_runs() -> dict[str, Any]:
@@ -287,11 +298,22 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.1, help="false alarms allowed per honest run")
     ap.add_argument("--fresh", action="store_true", help="re-run the runs asked for even where the file holds them")
     ap.add_argument("--score-only", action="store_true", help="score the runs the file holds, make no new one")
+    ap.add_argument(
+        "--add-shortcut-ratios",
+        action="store_true",
+        help="measure the shortcut ratios of recorded runs that lack them, from their run directories under --out",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = load_runs()
     command = "python benchmarks/hack_detection.py --score-only"
-    if not args.score_only:
+    if args.add_shortcut_ratios:
+        for name, rec in runs.items():
+            if not rec.get("shortcut_ratio") and (args.out / name).is_dir():
+                rec["shortcut_ratio"] = shortcut_ratios(args.out / name)
+                print(json.dumps({"run": name, "shortcut_ratio": rec["shortcut_ratio"]}), flush=True)
+                save(runs, None, command)
+    if not args.score_only and not args.add_shortcut_ratios:
         for seed in args.seeds:
             for family in args.families:
                 name = f"{family}-{seed}"
