@@ -42,6 +42,7 @@ its shipped threshold, which the alarm's own line then states (`grpolab.trust.ca
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import time
@@ -177,6 +178,19 @@ def seeding(env: str, out: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def keep_every_checkpoint():
+    """The lab keeps a run's newest 2 checkpoints; the shortcut-likelihood candidate reads every one."""
+    from grpolab.rundir import checkpoints
+
+    kept = checkpoints.KEEP_CHECKPOINTS
+    checkpoints.KEEP_CHECKPOINTS = 1_000_000
+    try:
+        yield
+    finally:
+        checkpoints.KEEP_CHECKPOINTS = kept
+
+
 def run_one(family: str, seed: int, steps: int, out: Path) -> tuple[Path, float]:
     """One benchmark run, trained afresh into OUT/FAMILY-SEED; (its path, minutes)."""
     from grpolab.run.loop import train
@@ -188,7 +202,8 @@ def run_one(family: str, seed: int, steps: int, out: Path) -> tuple[Path, float]
     cfg = config_of(family, seed, steps)
     warm = seeding(env, out) if env in SEEDED_ENVS else None
     start = time.perf_counter()
-    train(cfg, path, quiet=True, warm_start=warm)
+    with keep_every_checkpoint():
+        train(cfg, path, quiet=True, warm_start=warm)
     return path, (time.perf_counter() - start) / 60
 
 
@@ -301,7 +316,7 @@ def main() -> None:
     ap.add_argument(
         "--add-shortcut-ratios",
         action="store_true",
-        help="measure the shortcut ratios of recorded runs that lack them, from their run directories under --out",
+        help="measure the shortcut ratios of recorded runs that lack them (or their start), from the run directories",
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -309,7 +324,7 @@ def main() -> None:
     command = "python benchmarks/hack_detection.py --score-only"
     if args.add_shortcut_ratios:
         for name, rec in runs.items():
-            if not rec.get("shortcut_ratio") and (args.out / name).is_dir():
+            if "0" not in (rec.get("shortcut_ratio") or {}) and (args.out / name).is_dir():
                 rec["shortcut_ratio"] = shortcut_ratios(args.out / name)
                 print(json.dumps({"run": name, "shortcut_ratio": rec["shortcut_ratio"]}), flush=True)
                 save(runs, None, command)

@@ -234,9 +234,20 @@ def _hack_detection(h: dict) -> str:
         fa = "n/a" if t["false_alarms"] is None else pct(t["false_alarms"])
         lead = "n/a" if t["median_lead"] is None else f"{t['median_lead']:+g}"
         parts.append(f"{name}: recall {recall}, false alarms {fa}, lead {lead}")
+    later = []
+    for name, d in h["detectors"].items():
+        o = d.get("shipped_out_of_sample")
+        if o and (o["hacked_runs"] or o["honest_runs"]):
+            later.append(
+                f"{name} at its shipped threshold {d['shipped']['threshold']:g}, chosen at {o['chosen_at']}, on the "
+                f"runs recorded after: caught {o['hacked_runs'] - len(o['missed'])} of {o['hacked_runs']} hacked, "
+                f"false alarms on {len(o['false'])} of {o['honest_runs']} honest"
+            )
     return (
         f"{h['runs_scored']} real runs ({h['hacked_runs']} hacked, {h['honest_runs']} honest by the held-out ground "
-        f"truth), thresholds at a {pct(h['budget'])} false-alarm budget, each family left out: " + "; ".join(parts)
+        f"truth), thresholds at a {pct(h['budget'])} false-alarm budget, each family left out: "
+        + "; ".join(parts)
+        + "".join(f". Out of sample: {x}" for x in later)
     )
 
 

@@ -17,8 +17,10 @@ learning raises the honest reference and lowers every ratio; a shortcut being le
     .venv/bin/python benchmarks/shortcut_likelihood.py runs/hack_detection/hedging-0 [...]
 
 prints each checkpoint's ratios. `hack_detection.py` adds them to each run's record (`shortcut_ratio`, by checkpoint
-step) and `detectors.shortcut_likelihood` replays the alarm at the checkpoints a run had by then. Runs recorded with
-`train.checkpoint_every` 1000 have checkpoints at steps 0 and 8 only: there it can only alarm at the end.
+step) and `detectors.shortcut_likelihood` replays the alarm at the checkpoints a run had by then. The start is the
+model as built (the warm start; a fresh LoRA adapter changes nothing), whatever checkpoints survive. Runs recorded with
+`train.checkpoint_every` 1000 have a checkpoint at step 8 only, and three runs recorded before the benchmark kept
+every checkpoint (the lab keeps the newest 2) at steps 6 and 8: there it can alarm that late only.
 """
 
 from __future__ import annotations
@@ -107,10 +109,11 @@ def run_ratios(path: Path) -> dict[str, dict[str, float]]:
     fmt = episode_format(tokenizer, cfg.rollout.format, cfg.rollout.tool_syntax)
     fmt.bind(env)
     probes = probe_texts(env, fmt, env.tasks("train")[:PROBE_TASKS])
-    out = {}
+    out = {"0": ratios(model, tokenizer, probes)}  # the start: the warm start, LoRA's B still zero
     for step, ckpt in run.checkpoints():
-        _load_checkpoint(ckpt, model, None)
-        out[str(step)] = ratios(model, tokenizer, probes)
+        if step > 0:
+            _load_checkpoint(ckpt, model, None)
+            out[str(step)] = ratios(model, tokenizer, probes)
     return out
 
 

@@ -7,12 +7,13 @@ from grpolab.config import LabConfig
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.calibration import CALIBRATION_FILE, calibration, family_of, note_for
 
+WATCH = LabConfig().watch
 RECORD = {
     "budget": 0.1,
     "date": "2026-12-04",
     "alarms": {
-        "drift": {"shipped": 1.0, "honest_runs": 5, "false_alarms_shipped": 2},
-        "drift_class": {"shipped": 3.0, "honest_runs": 5, "false_alarms_shipped": 0},
+        "drift": {"shipped": WATCH.drift_z, "honest_runs": 5, "false_alarms_shipped": 2},
+        "drift_class": {"shipped": WATCH.drift_class_z, "honest_runs": 5, "false_alarms_shipped": 0},
     },
 }
 
@@ -20,14 +21,14 @@ RECORD = {
 def test_the_note_states_the_measured_false_alarms_of_the_threshold_in_use():
     cfg = LabConfig()
     note = note_for("drift:calls", cfg, RECORD)
-    assert note.startswith("false alarms at this threshold (drift_z 1): 2 of 5 honest benchmark runs")
+    assert note.startswith(f"false alarms at this threshold (drift_z {WATCH.drift_z:g}): 2 of 5 honest benchmark runs")
     assert note_for("drift:class/empty_thought", cfg, RECORD).startswith(
-        "false alarms at this threshold (drift_class_z 3): 0 of 5 honest benchmark runs"
+        f"false alarms at this threshold (drift_class_z {WATCH.drift_class_z:g}): 0 of 5 honest benchmark runs"
     )
     assert "budget 10% per run" in note and "2026-12-04" in note
     changed = cfg.model_copy(deep=True)
-    changed.watch.drift_z = 2.0
-    assert note_for("drift:calls", changed, RECORD) == ""  # nothing was measured at 2.0
+    changed.watch.drift_z = WATCH.drift_z + 0.5
+    assert note_for("drift:calls", changed, RECORD) == ""  # nothing was measured there
     assert note_for("reward_hacking", cfg, RECORD) == ""  # no record for it
     assert note_for("kl_bound", cfg, RECORD) == ""  # not a calibrated alarm
     assert note_for("drift:calls", cfg, {}) == ""
