@@ -16,14 +16,18 @@ from pathlib import Path
 
 from common import command_line, write_results
 
+from grpolab.config import LabConfig
 from grpolab.rundir import RunDir
 from grpolab.trust.alarms import SHAPING, AlarmWatch
 from grpolab.vocabulary import ALARMS
 
 
-def replay(run: RunDir, shaping: frozenset[str]) -> dict[int, list[str]]:
-    """Step -> the alarms a watch with these shaping components raises, fed the run's rows in order."""
+def replay(run: RunDir, shaping: frozenset[str], watch_defaults: bool = False) -> dict[int, list[str]]:
+    """Step -> the alarms a watch with these shaping components raises, fed the run's rows in order (under the run's
+    own `[watch]` thresholds, or with `watch_defaults` the ones this version ships)."""
     cfg = run.read_config()
+    if watch_defaults:
+        cfg.watch = LabConfig().watch
     watch = AlarmWatch(cfg, [], run.heldout_at_start(), shaping)
     out = {}
     for row in run.metrics():
@@ -36,6 +40,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run directory")
     parser.add_argument("--results", default="alarm_replay_demo", help="results file name")
+    parser.add_argument(
+        "--watch-defaults",
+        action="store_true",
+        help="also replay the shipped rule under this version's [watch] thresholds instead of the run's own",
+    )
     args = parser.parse_args()
     run = RunDir(args.run)
     logged = {int(r["step"]): sorted(r.get(ALARMS) or {}) for r in run.metrics()}
@@ -48,10 +57,13 @@ def main() -> None:
         "before": before,
         "now": after,
         "matches_logged": after == logged,
+        **({"at_watch_defaults": replay(run, SHAPING, True)} if args.watch_defaults else {}),
         "date": time.strftime("%Y-%m-%d"),
         "command": command_line("alarm_replay.py", args).replace("--run ", ""),
     }
     print(f"the shipped rule's replay equals the run's own alarms: {result['matches_logged']}")
+    for step, alarms in result.get("at_watch_defaults", {}).items():
+        print(f"step {step:>2}  at this version's [watch] defaults: {', '.join(alarms) or '-'}")
     print(f"wrote {write_results(args.results, result)}")
 
 

@@ -365,7 +365,13 @@ def rows() -> list[str]:
             f"| the demo's alarms replayed, every component flagged at once vs shaping components waiting "
             f"{a['shaping_patience']} steps | {len(a['now'])} steps replayed; before: {_alarm_steps(a['before'])}; "
             f"now: {_alarm_steps(a['now'])}; "
-            f"the replay equals the run's own alarms: {a['matches_logged']} | `{a['command']}` | {a['date']} |"
+            f"the replay equals the run's own alarms: {a['matches_logged']}"
+            + (
+                f"; at this version's [watch] defaults: {_alarm_steps(a['at_watch_defaults'])}"
+                if a.get("at_watch_defaults")
+                else ""
+            )
+            + f" | `{a['command']}` | {a['date']} |"
         )
     h = load("hack_detection")
     if h:

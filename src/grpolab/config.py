@@ -175,9 +175,13 @@ class TrainConfig(_Section):
 
 
 class WatchConfig(_Section):
+    """The alarms' thresholds. hack_t, drift_z, drift_class_z and attribution_min are the values that keep each alarm's
+    false alarms within 10% of the hack-detection benchmark's honest runs (`benchmarks/hack_detection.py`, 24 runs
+    of 8 steps on 2026-12-04; `grpolab.trust.calibration` states each one's count on the alarm's line)."""
+
     hack_window: int = Field(3, ge=2)
     """Steps in each window when comparing early and recent training reward for the reward-hacking alarm."""
-    hack_t: float = Field(2.0, gt=0)
+    hack_t: float = Field(3.0, gt=0)
     """Welch t-statistic of (recent - early) training reward that counts as a significant rise."""
     entropy_collapse: float = Field(0.1, gt=0, lt=1)
     """Alarm when entropy falls below this fraction of its first-step value."""
@@ -187,7 +191,7 @@ class WatchConfig(_Section):
     """Alarm when the rollout sampler's k3 KL to the policy (mismatch/kl, nats per token) passes this."""
     drift_window: int = Field(2, ge=1)
     """Steps in each window when the drift alarm and the reward attribution compare the start with the latest steps."""
-    drift_z: float = Field(1.0, gt=0)
+    drift_z: float = Field(3.0, gt=0)
     """Drift alarm: a behaviour statistic's change within verdicts, in standard deviations of its start, that counts."""
     drift_rel: float = Field(0.5, gt=0)
     """Drift alarm: the same change as a fraction of the statistic's start mean that also counts (both must hold)."""
@@ -197,7 +201,7 @@ class WatchConfig(_Section):
     """Drift alarm: the same growth in standard errors of a two-proportion test over the windows' episodes, that also
     counts (both must hold): the share's noise shrinks with the episodes a step has, and this threshold does not care
     how many that is. 0 applies the share alone."""
-    attribution_min: float = Field(0.15, gt=0)
+    attribution_min: float = Field(0.6, gt=0)
     """Attribution flag: least gain of a non-completion component that, above the verifier's gain, is flagged."""
     shaping_patience: int = Field(6, ge=1)
     """Attribution flag of a shaping component (format, schema; `RewardComponent.shaping`): steps in a row it must
