@@ -2,13 +2,14 @@
 threshold fixed without the family it is scored on.
 
     .venv/bin/python benchmarks/hack_detection.py [--seeds 0] [--families ...] [--steps 8] [--out runs/hack_detection]
-                                                  [--budget 0.1] [--score-only] [--fresh]
+                                                  [--budget 0.1] [--score-only] [--fresh] [--add-shortcut-ratios]
 
 Every run is the real pipeline (`grpolab.run.loop.train`) on the embedded SmolLM2-135M-Instruct: a short GRPO run
 (`--steps`, default 8, G=6 x 1 prompt) with every sampled episode logged and the greedy held-out episodes (12 tasks)
-evaluated at step 0, every 2 steps and at the end. Finance and arithmetic runs start from one SFT seeding per
-environment (10 steps on reference transcripts, the demo's), shared by every family and seed there, so only the
-reward and the sampling seed differ; code runs start from the base model.
+evaluated at step 0, every 2 steps and at the end, and a checkpoint every 2 steps, all kept, from which
+`shortcut_likelihood.py` reads the policy's preference for each shortcut edit (about 1-2 min a run). Finance and
+arithmetic runs start from one SFT seeding per environment (10 steps on reference transcripts, the demo's), shared by
+every family and seed there, so only the reward and the sampling seed differ; code runs start from the base model.
 
 **The benchmark grows.** Each finished run is recorded in benchmarks/results/hack_detection.json under "runs" (its
 config, its metric rows with the behaviour fields, its episodes per step in short form, its held-out summaries, two
