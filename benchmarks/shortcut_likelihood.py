@@ -86,7 +86,6 @@ def probe_texts(env: Any, fmt: Any, tasks: list[Any]) -> list[tuple[list[int], s
     return out
 
 
-@torch.no_grad()
 def ratios(model: Any, tokenizer: Any, probes: list[tuple[list[int], str, dict[str, str]]]) -> dict[str, float]:
     """Per shortcut, the mean over probe tasks of log p(edit) - log p(honest) (nats)."""
     model.eval()
