@@ -13,6 +13,7 @@ from grpolab.rewards.components import register_reward, standard_names, unregist
 from grpolab.trl.backend import TRL_TO_LAB, lab_metrics
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
+from grpolab.trust.probe import probe_fields
 from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 from grpolab.vocabulary import (
     ATTRIBUTION,
@@ -33,6 +34,7 @@ from grpolab.vocabulary import (
     reward_key,
     spec_of,
 )
+from tests.conftest import EPISODE_ROW
 
 ROW_INDEX = "step"
 """Every row's index, not a metric."""
@@ -87,6 +89,7 @@ def test_the_eval_summary_writes_what_eval_declares():
         return SimpleNamespace(task=SimpleNamespace(kind=kind), score=score)
 
     summary = heldout_summary([episode("a", True), episode("b", False)])  # mixed kinds: the per-kind family too
+    summary.update(probe_fields([EPISODE_ROW], True, 0.0))  # what the run loop adds with watch.probe_tasks on
     assert_writes_what_it_declares(EVAL, summary)
 
 

@@ -201,6 +201,13 @@ class WatchConfig(_Section):
     """Drift alarm: the same growth in standard errors of a two-proportion test over the windows' episodes, that also
     counts (both must hold): the share's noise shrinks with the episodes a step has, and this threshold does not care
     how many that is. 0 applies the share alone."""
+    probe_tasks: int = Field(0, ge=0)
+    """Greedy probe: train tasks decoded greedily at every held-out evaluation (the same ones each time), whose hack
+    classes' growth since the start alarms (`probe:class/NAME`; `grpolab.trust.probe`). 0: off. Costs one more
+    greedy evaluation of that many tasks at each held-out evaluation."""
+    probe_z: float = Field(3.0, ge=0)
+    """Greedy probe alarm: a hack class's share growth in standard errors (two-proportion test over the start's and
+    the latest probe's episodes) that counts, with a growth of at least `drift_share`."""
     attribution_min: float = Field(0.6, gt=0)
     """Attribution flag: least gain of a non-completion component that, above the verifier's gain, is flagged."""
     shaping_patience: int = Field(6, ge=1)

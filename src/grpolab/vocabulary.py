@@ -7,7 +7,8 @@ disk in every run directory ever written, so names are never changed, only added
 
 Families are declared by their pattern and built by a function: `reward/NAME` (`reward_key`), `heldout/success/KIND`
 and `heldout/n/KIND` (`heldout_of_kind`), `perf/PHASE_s` and `perf/PHASE_KEY` (`perf_key`), `behaviour/STAT[/PART]`
-(`behaviour_key`), `class/NAME` (`class_key`), `attribution/NAME` and `attribution/share/NAME` (`attribution_key`).
+(`behaviour_key`), `class/NAME` (`class_key`), `probe/class/NAME` (`probe_class_key`), `attribution/NAME` and
+`attribution/share/NAME` (`attribution_key`).
 A PHASE is one of the step's phases, declared here too (`PHASE_DECODE`...): the engine times them under these names.
 """
 
@@ -196,6 +197,21 @@ HELDOUT_OF_KIND = _declare(
     family=True,
 )
 
+PROBE_N = _declare(
+    "probe/n", "greedy probe episodes on train tasks (`watch.probe_tasks`)", "count", (EVAL,), optional=True
+)
+PROBE_SUCCESS = _declare(
+    "probe/success", "greedy probe: success on its train tasks (strict verifier)", "fraction", (EVAL,), optional=True
+)
+PROBE_CLASS = _declare(
+    "probe/class/NAME",
+    "greedy probe: share of its episodes in one class of `trust.behaviour.CLASSES` (the probe alarm reads it)",
+    "fraction",
+    (EVAL,),
+    optional=True,
+    family=True,
+)
+
 # ---- cost ------------------------------------------------------------------------------------------------------------
 
 PERF_STEP_S = _declare("perf/step_s", "wall time of the step", "s", (TRAINER, TRL))
@@ -287,6 +303,7 @@ SIM_TO_REAL = (REWARD_MEAN, KL, TOOL_CALL_PROB, SUCCESS)
 SIM_BANDS = ("p10", "p90")
 """The simulator's percentile bands: `NAME/p10`, `NAME/p90` beside each simulated curve."""
 HELDOUT_PREFIX = "heldout/"
+PROBE_PREFIX = "probe/"
 
 
 def reward_key(name: str) -> str:
@@ -327,6 +344,11 @@ def class_key(name: str) -> str:
     return f"class/{name}"
 
 
+def probe_class_key(name: str) -> str:
+    """`probe/class/empty_thought`: the share of the greedy probe's episodes in that class."""
+    return f"probe/class/{name}"
+
+
 def attribution_key(component: str, share: bool = False) -> str:
     """`attribution/format` (its change in reward units) or `attribution/share/format` (its share of the movement)."""
     return f"attribution/share/{component}" if share else f"attribution/{component}"
@@ -346,7 +368,12 @@ def spec_of(name: str) -> MetricSpec | None:
         return SPECS[HELDOUT_OF_KIND]
     if name.startswith("perf/"):
         return SPECS[PERF_PHASE]
-    for prefix, spec in (("attribution/", ATTRIBUTION), ("behaviour/", BEHAVIOUR_STAT), ("class/", CLASS_SHARE)):
+    for prefix, spec in (
+        ("attribution/", ATTRIBUTION),
+        ("behaviour/", BEHAVIOUR_STAT),
+        ("class/", CLASS_SHARE),
+        ("probe/class/", PROBE_CLASS),
+    ):
         if name.startswith(prefix):
             return SPECS[spec]
     return None

@@ -34,6 +34,7 @@ from grpolab.rundir.layout import PRECISION_FILE
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
 from grpolab.trust.preflight import probe_report
+from grpolab.trust.probe import probe_fields
 from grpolab.vocabulary import ALARMS, HELDOUT_SCHEMA, HELDOUT_SUCCESS, HELDOUT_TOOL_CALL_PROB
 
 
@@ -46,6 +47,19 @@ def summary_line(summary: dict[str, float]) -> str:
 
 def _record_eval(run: RunDir, label: str, summary: dict[str, float], episodes: list[Any]) -> None:
     run.record_eval(label, [episode_row(e) for e in episodes], summary)
+
+
+def _evaluate(run: RunDir, label: str, model: Any, tokenizer: Any, env: Environment, cfg: LabConfig) -> dict:
+    """A held-out evaluation, recorded under `label`, with the greedy probe's fields when `watch.probe_tasks` is on
+    (its episodes in eval/probe-LABEL.jsonl)."""
+    summary, episodes = evaluate(model, tokenizer, env, cfg)
+    if cfg.watch.probe_tasks:
+        found, probed = evaluate(model, tokenizer, env, cfg, "train", cfg.watch.probe_tasks)
+        rows = [episode_row(e) for e in probed]
+        run.record_probe(label, rows)
+        summary = {**summary, **probe_fields(rows, env.thought_required, found[HELDOUT_SUCCESS])}
+    _record_eval(run, label, summary, episodes)
+    return summary
 
 
 def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, eval_base: bool) -> None:
@@ -118,8 +132,7 @@ def _start_point(
     _prepare(cfg, run, env, progress, eval_base)
     source = make_source(cfg, run, env)
     if eval_base:
-        summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
-        _record_eval(run, "0", summary, episodes)
+        summary = _evaluate(run, "0", source.model, source.tokenizer, env, cfg)
         warm = run.warm_start() is not None
         progress.note(f"{'after SFT' if warm else 'base model'} held-out: {summary_line(summary)}")
     run.save_checkpoint(0, source.model, source.optimizer, source.state())
@@ -164,7 +177,7 @@ def train(
             progress.note(note)  # resume falls back to the newest intact checkpoint
         source, start = _start_point(cfg, run, env, progress, resume, eval_base, warm_start)
         shaping = frozenset(c.name for c in rubric_of(env).components.values() if c.shaping)
-        watch = AlarmWatch(cfg, run.metrics(), run.heldout_at_start(), shaping)
+        watch = AlarmWatch(cfg, run.metrics(), run.heldout_at_start(), shaping, run.probe_at_start())
         steps = cfg.train.steps
 
         def on_step(result: StepResult) -> bool:
@@ -172,9 +185,7 @@ def train(
             step = int(m["step"])
             last = step == steps
             if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or last:
-                summary, episodes = evaluate(source.model, source.tokenizer, env, cfg)
-                _record_eval(run, str(step), summary, episodes)
-                m.update(summary)
+                m.update(_evaluate(run, str(step), source.model, source.tokenizer, env, cfg))
             rows = [episode_row(e, step) for e in result.episodes if e.score is not None]
             m.update(step_behaviour(rows, env.thought_required))  # what the episodes do: the drift alarm reads it
             m.update(watch.check(m))

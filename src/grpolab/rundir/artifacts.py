@@ -32,9 +32,10 @@ from grpolab.rundir.layout import (
     SUMMARY_FILE,
     TRL_DIR,
     eval_file,
+    probe_file,
 )
 from grpolab.rundir.numbers import finite_number
-from grpolab.vocabulary import HELDOUT_SUCCESS
+from grpolab.vocabulary import HELDOUT_SUCCESS, PROBE_PREFIX
 
 if TYPE_CHECKING:
     from grpolab.config import LabConfig
@@ -219,6 +220,15 @@ class Artifacts(RunPath):
     def heldout_at_start(self) -> float | None:
         """Held-out success before GRPO (eval label "0"), if it was measured."""
         return finite_number(self.eval_summary().get("0", {}).get(HELDOUT_SUCCESS))
+
+    def record_probe(self, label: str, rows: list[dict[str, Any]]) -> None:
+        """The greedy probe's episodes at one evaluation (its fields go in that evaluation's summary)."""
+        write_jsonl(self.path / probe_file(label), rows)
+
+    def probe_at_start(self) -> dict[str, float]:
+        """The greedy probe's fields before GRPO (eval label "0"; {} when it was not measured)."""
+        start = self.eval_summary().get("0", {})
+        return {k: v for k, v in start.items() if k.startswith(PROBE_PREFIX) and finite_number(v) is not None}
 
     # ---- stop requests ----
 

@@ -4,7 +4,8 @@ runs/NAME/config.json           the resolved config
 runs/NAME/metrics.jsonl         one row per GRPO step (append-only)
 runs/NAME/episodes.jsonl        sampled trajectories with per-component rewards and reasons (append-only)
 runs/NAME/eval/LABEL.jsonl      held-out episodes of one evaluation (base, 0, step numbers)
-runs/NAME/eval/summary.json     held-out metrics by evaluation label
+runs/NAME/eval/probe-LABEL.jsonl  the greedy probe's train-task episodes at that evaluation (`watch.probe_tasks`)
+runs/NAME/eval/summary.json     held-out metrics by evaluation label (and the probe's `probe/...` fields)
 runs/NAME/preflight.json        probes (and learnability when `check --save` wrote it)
 runs/NAME/precision.json      the update's precision: asked, chosen, why, and the probe's figures
 runs/NAME/sft.json, sft/        SFT losses and the warm start's trainable weights (sft/manifest.json: checksum)
@@ -46,3 +47,8 @@ TRL_DIR = "trl"
 def eval_file(label: str) -> str:
     """`eval/base.jsonl`: the episodes of one held-out evaluation."""
     return f"{EVAL_DIR}/{label}.jsonl"
+
+
+def probe_file(label: str) -> str:
+    """`eval/probe-6.jsonl`: the greedy probe's episodes at one evaluation (`watch.probe_tasks`; no held-out label)."""
+    return f"{EVAL_DIR}/probe-{label}.jsonl"

@@ -302,6 +302,8 @@ NOT_APPLICABLE: dict[str, str] = {
     "watch.drift_rel": f"drift alarm; {_RUN_LOOP}",
     "watch.drift_share": f"drift alarm; {_RUN_LOOP}",
     "watch.drift_class_z": f"drift alarm; {_RUN_LOOP}",
+    "watch.probe_tasks": f"the greedy probe; {_RUN_LOOP}",
+    "watch.probe_z": f"the greedy probe's alarm; {_RUN_LOOP}",
     "watch.attribution_min": f"reward attribution; {_RUN_LOOP}",
     "watch.shaping_patience": f"reward attribution; {_RUN_LOOP}",
 }

@@ -1,6 +1,6 @@
 """Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway, an int8 rollout
-sampler far from the policy, behaviour drift and reward attribution (the hacks that ride along with real learning:
-`grpolab.trust.drift`, `grpolab.trust.attribution`).
+sampler far from the policy, behaviour drift, reward attribution (the hacks that ride along with real learning:
+`grpolab.trust.drift`, `grpolab.trust.attribution`) and the greedy probe's hack classes (`grpolab.trust.probe`).
 
 Reward hacking is the failure the lab is built to catch: the training reward climbs while held-out
 verified success does not. The statistic: Welch's t of the training reward over the episodes of the last
@@ -20,6 +20,7 @@ from grpolab.rundir.numbers import finite, finite_number
 from grpolab.trust.attribution import attribution
 from grpolab.trust.calibration import note_for
 from grpolab.trust.drift import drift_alarms
+from grpolab.trust.probe import probe_alarms
 from grpolab.vocabulary import (
     ALARMS,
     COMPLETION_LEN,
@@ -30,6 +31,7 @@ from grpolab.vocabulary import (
     KL_BOUND,
     KL_OVER_BOUND,
     MISMATCH_KL,
+    PROBE_N,
     REWARD_MEAN,
     REWARD_STD,
 )
@@ -133,8 +135,11 @@ class AlarmWatch:
         history: list[dict[str, Any]] | None = None,
         heldout_start: float | None = None,
         shaping: frozenset[str] = SHAPING,
+        probe_start: dict[str, Any] | None = None,
     ):
         self.cfg = cfg
+        self.probe_start = dict(probe_start or {})
+        """The greedy probe's fields at the start (`grpolab.trust.probe`; {} when it is off or was not measured)."""
         self.shaping = shaping
         """Components the attribution flags only after `watch.shaping_patience` steps (the env rubric's shaping)."""
         self.history: list[dict[str, Any]] = list(history or [])
@@ -162,6 +167,8 @@ class AlarmWatch:
             self.shaping,
             w.shaping_patience,
         )
+        if self.probe_start and finite(row.get(PROBE_N)):
+            alarms.update(probe_alarms(self.probe_start, row, w.drift_share, w.probe_z))
         raised = {**alarms, **flags}
         for name, why in raised.items():
             if note := note_for(name, self.cfg):
