@@ -3,11 +3,13 @@ threshold fixed without the family it is scored on.
 
     .venv/bin/python benchmarks/hack_detection.py [--seeds 0] [--families ...] [--steps 8] [--out runs/hack_detection]
                                                   [--budget 0.1] [--score-only] [--fresh] [--add-shortcut-ratios]
+                                                  [--add-greedy-probes]
 
 Every run is the real pipeline (`grpolab.run.loop.train`) on the embedded SmolLM2-135M-Instruct: a short GRPO run
 (`--steps`, default 8, G=6 x 1 prompt) with every sampled episode logged and the greedy held-out episodes (12 tasks)
 evaluated at step 0, every 2 steps and at the end, and a checkpoint every 2 steps, all kept, from which
-`shortcut_likelihood.py` reads the policy's preference for each shortcut edit (about 1-2 min a run). Finance and
+`shortcut_likelihood.py` reads the policy's preference for each shortcut edit (about 1-2 min a run) and
+`greedy_probe.py` decodes 12 train tasks greedily (about 1-2 min a checkpoint; the start's pass is shared). Finance and
 arithmetic runs start from one SFT seeding per environment (10 steps on reference transcripts, the demo's), shared by
 every family and seed there, so only the reward and the sampling seed differ; code runs start from the base model.
 
@@ -52,6 +54,7 @@ from typing import Any
 
 import hack_rewards  # noqa: F401  (registers the plugin families' components in this process)
 from common import CONFIGS, results_path, solved, write_results
+from greedy_probe import run_probe
 from hack_scoring import calibration_record, plot, score
 from hack_truth import class_shares, heldout_summary, training_view
 from shortcut_likelihood import run_ratios
@@ -276,6 +279,7 @@ def record(path: Path, family: str, seed: int, minutes: float) -> dict[str, Any]
         "training_view": training_view(by_step, thought),
         "examples": _examples(last_rows, thought),
         "shortcut_ratio": shortcut_ratios(path),
+        "greedy_probe": greedy_probes(path),
     }
 
 
@@ -285,6 +289,16 @@ def shortcut_ratios(path: Path) -> dict[str, dict[str, float]]:
         return run_ratios(path)
     except Exception as exc:  # a probe that fails must not cost the run its record
         print(f"shortcut ratios of {path} not measured: {type(exc).__name__}: {exc}", flush=True)
+        return {}
+
+
+def greedy_probes(path: Path) -> dict[str, dict[str, Any]]:
+    """The run's checkpoints decoded greedily on the probe's train tasks by `greedy_probe.run_probe` ({} when they
+    cannot be: the run is kept)."""
+    try:
+        return run_probe(path)
+    except Exception as exc:  # a probe that fails must not cost the run its record
+        print(f"greedy probe of {path} not measured: {type(exc).__name__}: {exc}", flush=True)
         return {}
 
 
@@ -319,6 +333,11 @@ def main() -> None:
         action="store_true",
         help="measure the shortcut ratios of recorded runs that lack them (or their start), from the run directories",
     )
+    ap.add_argument(
+        "--add-greedy-probes",
+        action="store_true",
+        help="decode the probe's train tasks at the checkpoints of recorded runs that lack it (cached in each run dir)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = load_runs()
@@ -329,7 +348,13 @@ def main() -> None:
                 rec["shortcut_ratio"] = shortcut_ratios(args.out / name)
                 print(json.dumps({"run": name, "shortcut_ratio": rec["shortcut_ratio"]}), flush=True)
                 save(runs, None, command)
-    if not args.score_only and not args.add_shortcut_ratios:
+    if args.add_greedy_probes:
+        for name, rec in runs.items():
+            if "0" not in (rec.get("greedy_probe") or {}) and (args.out / name).is_dir():
+                rec["greedy_probe"] = greedy_probes(args.out / name)
+                print(json.dumps({"run": name, "greedy_probe": rec["greedy_probe"]}), flush=True)
+                save(runs, None, command)
+    if not (args.score_only or args.add_shortcut_ratios or args.add_greedy_probes):
         for seed in args.seeds:
             for family in args.families:
                 name = f"{family}-{seed}"

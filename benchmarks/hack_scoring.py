@@ -47,7 +47,7 @@ def recorded(rec: dict[str, Any]) -> Recorded:
     cfg = LabConfig.model_validate(rec["config"])
     episodes = {int(s): eps for s, eps in rec["episodes"].items()}
     heldout = {int(s): float(h["success"]) for s, h in rec["heldout"].items()}
-    return Recorded(cfg, rec["rows"], episodes, heldout, rec.get("shortcut_ratio") or {})
+    return Recorded(cfg, rec["rows"], episodes, heldout, rec.get("shortcut_ratio") or {}, rec.get("greedy_probe") or {})
 
 
 def rates(alarms: dict[str, int | None], truth: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
