@@ -33,7 +33,6 @@ from grpolab.engine.policy import build_policy
 from grpolab.envs import env_for
 from grpolab.metrics import episode_row
 from grpolab.rundir import RunDir
-from grpolab.rundir.checkpoints import _load_checkpoint
 from grpolab.trust.behaviour import CLASSES, classify_episode
 from grpolab.trust.probe import probe_alarms
 from grpolab.vocabulary import PROBE_N, PROBE_SUCCESS, probe_class_key
@@ -73,7 +72,7 @@ def run_probe(path: Path) -> dict[str, dict[str, Any]]:
     cache = path / CACHE
     run = RunDir(path)
     held = json.loads(cache.read_text()) if cache.is_file() else {}
-    todo = [(s, c) for s, c in run.checkpoints() if s > 0 and str(s) not in held]
+    todo = [s for s, _ in run.checkpoints() if s > 0 and str(s) not in held]
     starts_file = path.parent / STARTS
     starts = json.loads(starts_file.read_text()) if starts_file.is_file() else {}
     cfg = run.read_config()
@@ -88,8 +87,8 @@ def run_probe(path: Path) -> dict[str, dict[str, Any]]:
     if "0" not in held:  # the start: the warm start, LoRA's B still zero
         held["0"] = starts[key] = probe(model, tokenizer, env, cfg)
         starts_file.write_text(json.dumps(starts, indent=1) + "\n")
-    for step, ckpt in todo:
-        _load_checkpoint(ckpt, model, None)
+    for step in todo:
+        run.load_step(step, model)
         held[str(step)] = probe(model, tokenizer, env, cfg)
         cache.write_text(json.dumps(held, indent=1) + "\n")  # a pass is kept as soon as it is made
     cache.write_text(json.dumps(held, indent=1) + "\n")

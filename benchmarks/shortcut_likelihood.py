@@ -38,7 +38,6 @@ from grpolab.engine.policy import build_policy
 from grpolab.envs import env_for
 from grpolab.formats import episode_format
 from grpolab.rundir import RunDir
-from grpolab.rundir.checkpoints import _load_checkpoint
 from grpolab.trust.shortcuts import SHORTCUTS
 
 PROBE_TASKS = 3
@@ -109,9 +108,9 @@ def run_ratios(path: Path) -> dict[str, dict[str, float]]:
     fmt.bind(env)
     probes = probe_texts(env, fmt, env.tasks("train")[:PROBE_TASKS])
     out = {"0": ratios(model, tokenizer, probes)}  # the start: the warm start, LoRA's B still zero
-    for step, ckpt in run.checkpoints():
+    for step, _ in run.checkpoints():
         if step > 0:
-            _load_checkpoint(ckpt, model, None)
+            run.load_step(step, model)
             out[str(step)] = ratios(model, tokenizer, probes)
     return out
 

@@ -7,6 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
     sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings by name
@@ -35,13 +37,36 @@ def test_the_benchmark_replays_the_lab_alarm_at_the_checkpoints_a_run_had():
     assert list(gp.alarms(by_step, 5, 0.3, 3.0)) == ["probe:class/empty_thought"]
 
 
-def test_run_probe_decodes_every_checkpoint_and_shares_the_start(tmp_path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A 1-step tiny run with checkpoints at steps 0 and 1 (copy it before changing it)."""
     from grpolab.run.loop import train
+
+    out = tmp_path_factory.mktemp("probe") / "run"
+    train(load_config(None, {**SMALL, "train.steps": 1, "train.checkpoint_every": 1, "train.eval_limit": 1}), out)
+    return out
+
+
+def test_load_step_reads_one_kept_checkpoint_and_names_what_it_cannot(trained, tmp_path):
+    from grpolab.engine.policy import build_policy
+    from grpolab.errors import UserError
     from grpolab.rundir import RunDir
 
-    cfg = load_config(None, {**SMALL, "train.steps": 1, "train.checkpoint_every": 1, "train.eval_limit": 1})
-    first = tmp_path / "runs" / "a"
-    train(cfg, first, quiet=True)
+    run = RunDir(shutil.copytree(trained, tmp_path / "run"))
+    model, _, _ = build_policy(run.read_config())
+    assert run.load_step(1, model)["step"] == 1 and run.load_step(0, model)["step"] == 0
+    with pytest.raises(UserError, match=r"no checkpoint of step 5 \(kept: 0, 1\)"):
+        run.load_step(5, model)
+    weights = tmp_path / "run" / "checkpoints" / "step-1" / "trainable.pt"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(UserError, match="step-1 is damaged"):
+        run.load_step(1, model)
+
+
+def test_run_probe_decodes_every_checkpoint_and_shares_the_start(trained, tmp_path):
+    from grpolab.rundir import RunDir
+
+    first = shutil.copytree(trained, tmp_path / "runs" / "a")
     assert [s for s, _ in RunDir(first).checkpoints()] == [0, 1]
     got = gp.run_probe(first)
     assert sorted(got) == ["0", "1"] and got["0"]["n"] == got["1"]["n"] > 0

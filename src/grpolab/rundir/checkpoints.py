@@ -169,6 +169,18 @@ class Checkpoints(RunPath):
                 notes.append(line)
         return None
 
+    def load_step(self, step: int, model: Any) -> dict[str, Any]:
+        """Load the weights of the checkpoint of `step` into `model` (to read the policy as it was then: a probe, a
+        comparison); its state dict. A missing or damaged one is a UserError naming it."""
+        found = dict(self.checkpoints())
+        if step not in found:
+            kept = ", ".join(str(s) for s in found) or "none"
+            raise UserError(f"{self.path} has no checkpoint of step {step} (kept: {kept})", "pick a kept step")
+        problem = checkpoint_problem(found[step])
+        if problem is not None:
+            raise UserError(f"checkpoint {found[step]} is damaged ({problem})", "pick another kept step")
+        return _load_checkpoint(found[step], model, None)
+
 
 def _load_checkpoint(path: Path, model: Any, optimizer: Any | None) -> dict[str, Any]:
     import torch  # only when a checkpoint is read
