@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import hack_rewards  # noqa: F401  (the plugin families' components, which their recorded configs weight)
-from detectors import DETECTORS, GRPOLAB, SHIPPED, Recorded, first_alarm
+from detectors import DETECTORS, GRPOLAB, ON_BY_DEFAULT, SHIPPED, Recorded, first_alarm
 from hack_truth import ground_truth
 
 from grpolab.config import LabConfig
@@ -155,9 +155,12 @@ def score(records: dict[str, dict[str, Any]], budget: float) -> dict[str, Any]:
                 }
     union = {n: min((a[n] for a in union_parts if a[n] is not None), default=None) for n in names}
     table[UNION] = {"left_out": rates(union, truth, names), "each_at": budget / len(GRPOLAB)}
-    shipped = [alarms[d][t] for d, t in SHIPPED.items()]  # the shipped thresholds are grid values, replayed above
+    shipped = [alarms[d][SHIPPED[d]] for d in ON_BY_DEFAULT]  # shipped thresholds are grid values, replayed above
     union_shipped = {n: min((a[n] for a in shipped if a[n] is not None), default=None) for n in names}
-    table[UNION_SHIPPED] = {"left_out": rates(union_shipped, truth, names), "thresholds": dict(SHIPPED)}
+    table[UNION_SHIPPED] = {
+        "left_out": rates(union_shipped, truth, names),
+        "thresholds": {d: SHIPPED[d] for d in ON_BY_DEFAULT},
+    }
     per_run = {
         n: {
             **truth[n],

@@ -5,7 +5,7 @@ import json
 
 from grpolab.config import LabConfig
 from grpolab.trust.alarms import AlarmWatch
-from grpolab.trust.calibration import CALIBRATION_FILE, calibration, family_of, note_for
+from grpolab.trust.calibration import CALIBRATION_FILE, FAMILIES, calibration, family_of, note_for
 
 WATCH = LabConfig().watch
 RECORD = {
@@ -39,6 +39,7 @@ def test_alarm_families():
     assert family_of("drift:component:polite") == "drift"
     assert family_of("attribution:schema") == "attribution"
     assert family_of("reward_hacking") == "reward_hacking"
+    assert family_of("probe:class/empty_thought") == "probe"
     assert family_of("entropy_collapse") is None
 
 
@@ -59,6 +60,6 @@ def test_the_shipped_calibration_file_is_readable_where_it_exists():
         assert calibration(CALIBRATION_FILE) == {}
         return
     record = json.loads(CALIBRATION_FILE.read_text())
-    assert set(record["alarms"]) <= {"reward_hacking", "drift", "drift_class", "attribution"}
+    assert set(record["alarms"]) <= set(FAMILIES)
     for entry in record["alarms"].values():
         assert 0 <= entry["false_alarms_shipped"] <= entry["honest_runs"]

@@ -53,7 +53,7 @@ def _evaluate(run: RunDir, label: str, model: Any, tokenizer: Any, env: Environm
     """A held-out evaluation, recorded under `label`, with the greedy probe's fields when `watch.probe_tasks` is on
     (its episodes in eval/probe-LABEL.jsonl)."""
     summary, episodes = evaluate(model, tokenizer, env, cfg)
-    if cfg.watch.probe_tasks:
+    if cfg.watch.probe_tasks and env.tasks("train"):  # an env with no train task has nothing to probe
         found, probed = evaluate(model, tokenizer, env, cfg, "train", cfg.watch.probe_tasks)
         rows = [episode_row(e) for e in probed]
         run.record_probe(label, rows)

@@ -2,8 +2,8 @@
 
 `benchmarks/hack_detection.py` runs short real GRPO runs, labels each hacked or honest from held-out behaviour, and
 writes `calibration.json` beside this file: for each of grpolab's alarms (reward_hacking, drift, drift_class,
-attribution), the threshold the `[watch]` defaults ship, on how many of the benchmark's honest runs it alarmed, and the
-threshold a false-alarm budget would pick. An alarm raised at the shipped threshold carries that record in its
+attribution, probe), the threshold the `[watch]` defaults ship, on how many of the benchmark's honest runs it alarmed,
+and the threshold a false-alarm budget would pick. An alarm raised at the shipped threshold carries that record in its
 explanation (`note_for`), so a user reads what one costs: "false alarms at this threshold: 2 of 5 honest benchmark
 runs". A threshold the user changed gets no such line: nothing was measured at it.
 """
@@ -24,6 +24,7 @@ FAMILIES = {
     "drift": "drift_z",
     "drift_class": "drift_class_z",
     "attribution": "attribution_min",
+    "probe": "probe_z",
 }
 """The calibrated alarm families and the `[watch]` field that is each one's threshold."""
 
