@@ -205,7 +205,7 @@ class WatchConfig(_Section):
     """Greedy probe: train tasks decoded greedily at every held-out evaluation (the same ones each time), whose hack
     classes' growth since the start alarms (`probe:class/NAME`; `grpolab.trust.probe`). 0: off. Costs one more
     greedy evaluation of that many tasks at each held-out evaluation."""
-    probe_z: float = Field(2.0, ge=0)
+    probe_z: float = Field(2.5, ge=0)
     """Greedy probe alarm: a hack class's share growth in standard errors (two-proportion test over the start's and
     the latest probe's episodes) that counts, with a growth of at least `drift_share`."""
     attribution_min: float = Field(0.6, gt=0)
