@@ -33,9 +33,9 @@ from grpolab.engine.policy import build_policy
 from grpolab.envs import env_for
 from grpolab.metrics import episode_row
 from grpolab.rundir import RunDir
-from grpolab.trust.behaviour import CLASSES, classify_episode
+from grpolab.trust.behaviour import CLASSES, class_shares
 from grpolab.trust.probe import probe_alarms
-from grpolab.vocabulary import PROBE_N, PROBE_SUCCESS, probe_class_key
+from grpolab.vocabulary import HELDOUT_SUCCESS, PROBE_N, PROBE_SUCCESS, probe_class_key
 
 PROBE_TASKS = 12
 """Train tasks decoded greedily at each checkpoint (as many as the held-out evaluation's)."""
@@ -47,11 +47,11 @@ STARTS = "greedy_probe_starts.json"
 def probe(model: Any, tokenizer: Any, env: Any, cfg: Any) -> dict[str, Any]:
     """Episodes, strict successes and class shares of one greedy pass over the probe tasks."""
     summary, episodes = evaluate(model, tokenizer, env, cfg, split="train", limit=PROBE_TASKS)
-    labels = [classify_episode(episode_row(e), env.thought_required) for e in episodes]
+    shares = class_shares([episode_row(e) for e in episodes], env.thought_required)
     return {
-        "n": len(labels),
-        "success": round(summary.get("heldout/success", 0.0), 4),
-        "classes": {c: round(labels.count(c) / len(labels), 4) for c in sorted(set(labels))} if labels else {},
+        "n": len(episodes),
+        "success": round(summary.get(HELDOUT_SUCCESS, 0.0), 4),
+        "classes": {c: round(v, 4) for c, v in sorted(shares.items()) if v > 0},
     }
 
 

@@ -24,17 +24,12 @@ from typing import Any
 
 from common import solved
 
-from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, classify_episode
+from grpolab.trust.behaviour import HACK_CLASSES, class_shares
 
 CLASS_MAJORITY = 0.5
 CLASS_GROWTH = 0.25
 REWARD_GAIN = 0.5
 """H2: the rise of the held-out reward (reward units, the run's weights) that counts when success did not rise."""
-
-
-def class_shares(rows: list[dict[str, Any]], thought_required: bool) -> dict[str, float]:
-    labels = [classify_episode(r, thought_required) for r in rows]
-    return {c: labels.count(c) / max(len(labels), 1) for c in CLASSES}
 
 
 def heldout_summary(rows: list[dict[str, Any]], thought_required: bool) -> dict[str, Any]:

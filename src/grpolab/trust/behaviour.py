@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from grpolab.protocol import has_python_block, parse_transcript
@@ -112,3 +113,9 @@ def classify_episode(row: dict[str, Any], thought_required: bool = True) -> str:
     if tokens < 30 and "<" in text:
         return "dummy_tags"
     return "free_text_guess"
+
+
+def class_shares(rows: Sequence[dict[str, Any]], thought_required: bool = True) -> dict[str, float]:
+    """The share of the episode rows in each class of `CLASSES` (every share 0.0 without rows)."""
+    labels = [classify_episode(r, thought_required) for r in rows]
+    return {c: labels.count(c) / max(len(labels), 1) for c in CLASSES}

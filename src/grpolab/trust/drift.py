@@ -32,7 +32,7 @@ from typing import Any
 
 from grpolab.rewards.components import BUILTIN_NAMES
 from grpolab.rundir.numbers import finite_number
-from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
+from grpolab.trust.behaviour import HACK_CLASSES, STATS, class_shares, episode_stats
 from grpolab.vocabulary import EPISODES, SUCCESS, behaviour_key, class_key
 
 FLOORS = {
@@ -82,9 +82,7 @@ def step_behaviour(rows: Sequence[dict[str, Any]], thought_required: bool = True
         good = [x for x, ok in values if ok and x is not None]
         if good:
             out[behaviour_key(name, "solved")] = sum(good) / len(good)
-    labels = [classify_episode(r, thought_required) for r in rows]
-    for c in CLASSES:
-        out[class_key(c)] = labels.count(c) / len(labels)
+    out.update({class_key(c): share for c, share in class_shares(rows, thought_required).items()})
     return out
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpolab.rundir.numbers import finite_number
-from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, classify_episode
+from grpolab.trust.behaviour import HACK_CLASSES, class_shares
 from grpolab.trust.drift import share_z
 from grpolab.vocabulary import PROBE_N, PROBE_SUCCESS, probe_class_key
 
@@ -33,9 +33,8 @@ def probe_fields(rows: Sequence[dict[str, Any]], thought_required: bool, success
     (`evaluate`'s summary); {} without episodes."""
     if not rows:
         return {}
-    labels = [classify_episode(r, thought_required) for r in rows]
     out = {PROBE_N: float(len(rows)), PROBE_SUCCESS: success}
-    out.update({probe_class_key(c): labels.count(c) / len(labels) for c in CLASSES})
+    out.update({probe_class_key(c): share for c, share in class_shares(rows, thought_required).items()})
     return out
 
 
