@@ -56,13 +56,13 @@ import hack_rewards  # noqa: F401  (registers the plugin families' components in
 from common import CONFIGS, results_path, solved, write_results
 from greedy_probe import run_probe
 from hack_scoring import calibration_record, plot, score
-from hack_truth import class_shares, heldout_summary, training_view
+from hack_truth import heldout_summary, training_view
 from shortcut_likelihood import run_ratios
 
 from grpolab.config import load_config
 from grpolab.envs import env_for
 from grpolab.rundir import RunDir
-from grpolab.trust.behaviour import HACK_CLASSES, classify_episode
+from grpolab.trust.behaviour import HACK_CLASSES, class_shares, classify_episode
 from grpolab.trust.calibration import CALIBRATION_FILE
 from grpolab.trust.drift import step_behaviour
 
@@ -278,28 +278,32 @@ def record(path: Path, family: str, seed: int, minutes: float) -> dict[str, Any]
         "heldout": heldout,
         "training_view": training_view(by_step, thought),
         "examples": _examples(last_rows, thought),
-        "shortcut_ratio": shortcut_ratios(path),
-        "greedy_probe": greedy_probes(path),
+        **{field: read_checkpoints(field, path) for field in CHECKPOINT_READERS},
     }
 
 
-def shortcut_ratios(path: Path) -> dict[str, dict[str, float]]:
-    """The run's checkpoints read by `shortcut_likelihood.run_ratios` ({} when they cannot be: the run is kept)."""
+CHECKPOINT_READERS = {"shortcut_ratio": run_ratios, "greedy_probe": run_probe}
+"""Record field -> what reads it from a run's checkpoints (`shortcut_likelihood.run_ratios`, `greedy_probe.run_probe`:
+checkpoint step -> its reading)."""
+
+
+def read_checkpoints(field: str, path: Path) -> dict[str, dict[str, Any]]:
+    """A run's checkpoints read for one record field ({} when they cannot be: the run is kept)."""
     try:
-        return run_ratios(path)
+        return CHECKPOINT_READERS[field](path)
     except Exception as exc:  # a probe that fails must not cost the run its record
-        print(f"shortcut ratios of {path} not measured: {type(exc).__name__}: {exc}", flush=True)
+        print(f"{field} of {path} not measured: {type(exc).__name__}: {exc}", flush=True)
         return {}
 
 
-def greedy_probes(path: Path) -> dict[str, dict[str, Any]]:
-    """The run's checkpoints decoded greedily on the probe's train tasks by `greedy_probe.run_probe` ({} when they
-    cannot be: the run is kept)."""
-    try:
-        return run_probe(path)
-    except Exception as exc:  # a probe that fails must not cost the run its record
-        print(f"greedy probe of {path} not measured: {type(exc).__name__}: {exc}", flush=True)
-        return {}
+def backfill(runs: dict[str, Any], field: str, out: Path, command: str) -> None:
+    """Read `field` from the run directories of recorded runs that lack it (or its start); the file is saved after
+    each run."""
+    for name, rec in runs.items():
+        if "0" not in (rec.get(field) or {}) and (out / name).is_dir():
+            rec[field] = read_checkpoints(field, out / name)
+            print(json.dumps({"run": name, field: rec[field]}), flush=True)
+            save(runs, None, command)
 
 
 def load_runs() -> dict[str, Any]:
@@ -342,18 +346,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     runs = load_runs()
     command = "python benchmarks/hack_detection.py --score-only"
-    if args.add_shortcut_ratios:
-        for name, rec in runs.items():
-            if "0" not in (rec.get("shortcut_ratio") or {}) and (args.out / name).is_dir():
-                rec["shortcut_ratio"] = shortcut_ratios(args.out / name)
-                print(json.dumps({"run": name, "shortcut_ratio": rec["shortcut_ratio"]}), flush=True)
-                save(runs, None, command)
-    if args.add_greedy_probes:
-        for name, rec in runs.items():
-            if "0" not in (rec.get("greedy_probe") or {}) and (args.out / name).is_dir():
-                rec["greedy_probe"] = greedy_probes(args.out / name)
-                print(json.dumps({"run": name, "greedy_probe": rec["greedy_probe"]}), flush=True)
-                save(runs, None, command)
+    for field, asked in (("shortcut_ratio", args.add_shortcut_ratios), ("greedy_probe", args.add_greedy_probes)):
+        if asked:
+            backfill(runs, field, args.out, command)
     if not (args.score_only or args.add_shortcut_ratios or args.add_greedy_probes):
         for seed in args.seeds:
             for family in args.families:

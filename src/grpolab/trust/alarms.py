@@ -31,7 +31,6 @@ from grpolab.vocabulary import (
     KL_BOUND,
     KL_OVER_BOUND,
     MISMATCH_KL,
-    PROBE_N,
     REWARD_MEAN,
     REWARD_STD,
 )
@@ -167,7 +166,7 @@ class AlarmWatch:
             self.shaping,
             w.shaping_patience,
         )
-        if self.probe_start and finite(row.get(PROBE_N)):
+        if self.probe_start:  # a row without a probe (no evaluation this step) raises none
             alarms.update(probe_alarms(self.probe_start, row, w.drift_share, w.probe_z))
         raised = {**alarms, **flags}
         for name, why in raised.items():
