@@ -7,7 +7,14 @@ from grpolab.config import LabConfig, load_config
 from grpolab.rundir import RunDir
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.probe import probe_alarms, probe_fields
-from grpolab.vocabulary import PROBE_N, PROBE_SUCCESS, probe_class_key, spec_of
+from grpolab.vocabulary import (
+    PROBE_HELDOUT_SECONDS,
+    PROBE_N,
+    PROBE_SECONDS,
+    PROBE_SUCCESS,
+    probe_class_key,
+    spec_of,
+)
 from tests.conftest import EPISODE_ROW
 from tests.test_reliability import SMALL
 
@@ -57,6 +64,7 @@ def test_a_run_with_the_probe_on_records_it_at_every_evaluation(tmp_path):
     run = RunDir(out)
     summary = run.eval_summary()
     assert summary["0"][PROBE_N] == 2 and summary["1"][PROBE_N] == 2
+    assert all(summary[k][PROBE_SECONDS] > 0 and summary[k][PROBE_HELDOUT_SECONDS] > 0 for k in "01")  # its cost
     assert run.probe_at_start()[PROBE_N] == 2
     rows = [json.loads(line) for line in (out / "eval" / "probe-1.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and {r["task_id"] for r in rows}.isdisjoint(

@@ -13,7 +13,7 @@ from grpolab.rewards.components import register_reward, standard_names, unregist
 from grpolab.trl.backend import TRL_TO_LAB, lab_metrics
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
-from grpolab.trust.probe import probe_fields
+from grpolab.trust.probe import probe_cost, probe_fields
 from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 from grpolab.vocabulary import (
     ATTRIBUTION,
@@ -90,6 +90,7 @@ def test_the_eval_summary_writes_what_eval_declares():
 
     summary = heldout_summary([episode("a", True), episode("b", False)])  # mixed kinds: the per-kind family too
     summary.update(probe_fields([EPISODE_ROW], True, 0.0))  # what the run loop adds with watch.probe_tasks on
+    summary.update(probe_cost(1.5, 6.0))
     assert_writes_what_it_declares(EVAL, summary)
 
 

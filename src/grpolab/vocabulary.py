@@ -203,6 +203,16 @@ PROBE_N = _declare(
 PROBE_SUCCESS = _declare(
     "probe/success", "greedy probe: success on its train tasks (strict verifier)", "fraction", (EVAL,), optional=True
 )
+PROBE_SECONDS = _declare(
+    "probe/seconds", "greedy probe: seconds its decoding and scoring took (its cost)", "s", (EVAL,), optional=True
+)
+PROBE_HELDOUT_SECONDS = _declare(
+    "probe/heldout_seconds",
+    "seconds of the held-out evaluation the probe ran beside (to read the probe's cost against)",
+    "s",
+    (EVAL,),
+    optional=True,
+)
 PROBE_CLASS = _declare(
     "probe/class/NAME",
     "greedy probe: share of its episodes in one class of `trust.behaviour.CLASSES` (the probe alarm reads it)",

@@ -34,7 +34,7 @@ from grpolab.rundir.layout import PRECISION_FILE
 from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
 from grpolab.trust.preflight import probe_report
-from grpolab.trust.probe import probe_fields
+from grpolab.trust.probe import probe_cost, probe_fields
 from grpolab.vocabulary import ALARMS, HELDOUT_SCHEMA, HELDOUT_SUCCESS, HELDOUT_TOOL_CALL_PROB
 
 
@@ -52,12 +52,15 @@ def _record_eval(run: RunDir, label: str, summary: dict[str, float], episodes: l
 def _evaluate(run: RunDir, label: str, model: Any, tokenizer: Any, env: Environment, cfg: LabConfig) -> dict:
     """A held-out evaluation, recorded under `label`, with the greedy probe's fields when `watch.probe_tasks` is on
     (its episodes in eval/probe-LABEL.jsonl)."""
+    start = time.perf_counter()
     summary, episodes = evaluate(model, tokenizer, env, cfg)
     if cfg.watch.probe_tasks and env.tasks("train"):  # an env with no train task has nothing to probe
+        heldout_s, start = time.perf_counter() - start, time.perf_counter()
         found, probed = evaluate(model, tokenizer, env, cfg, "train", cfg.watch.probe_tasks)
         rows = [episode_row(e) for e in probed]
         run.record_probe(label, rows)
-        summary = {**summary, **probe_fields(rows, env.thought_required, found[HELDOUT_SUCCESS])}
+        cost = probe_cost(time.perf_counter() - start, heldout_s)
+        summary = {**summary, **probe_fields(rows, env.thought_required, found[HELDOUT_SUCCESS]), **cost}
     _record_eval(run, label, summary, episodes)
     return summary
 

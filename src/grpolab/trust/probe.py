@@ -10,6 +10,7 @@ never a held-out task) and records
     probe/n                   probe episodes
     probe/success             their share the strict verifier accepts
     probe/class/NAME          their share in each class (`grpolab.trust.behaviour.CLASSES`)
+    probe/seconds             what the probe took, beside probe/heldout_seconds (the held-out evaluation's)
 in the evaluation's row and summary. `probe_alarms` raises `probe:class/NAME` when a hack class's share grew since the
 start by at least `watch.drift_share` and by at least `watch.probe_z` standard errors of the two-proportion test the
 drift alarm's classes use (`grpolab.trust.drift.share_z`). Its cost is one more greedy evaluation of `probe_tasks`
@@ -25,7 +26,7 @@ from typing import Any
 from grpolab.rundir.numbers import finite_number
 from grpolab.trust.behaviour import HACK_CLASSES, class_shares
 from grpolab.trust.drift import share_z
-from grpolab.vocabulary import PROBE_N, PROBE_SUCCESS, probe_class_key
+from grpolab.vocabulary import PROBE_HELDOUT_SECONDS, PROBE_N, PROBE_SECONDS, PROBE_SUCCESS, probe_class_key
 
 
 def probe_fields(rows: Sequence[dict[str, Any]], thought_required: bool, success: float) -> dict[str, float]:
@@ -36,6 +37,11 @@ def probe_fields(rows: Sequence[dict[str, Any]], thought_required: bool, success
     out = {PROBE_N: float(len(rows)), PROBE_SUCCESS: success}
     out.update({probe_class_key(c): share for c, share in class_shares(rows, thought_required).items()})
     return out
+
+
+def probe_cost(seconds: float, heldout_seconds: float) -> dict[str, float]:
+    """The probe's cost fields: its own seconds beside those of the held-out evaluation it ran with."""
+    return {PROBE_SECONDS: seconds, PROBE_HELDOUT_SECONDS: heldout_seconds}
 
 
 def probe_alarms(start: dict[str, Any], now: dict[str, Any], share: float, z: float) -> dict[str, str]:
