@@ -52,14 +52,15 @@ def _record_eval(run: RunDir, label: str, summary: dict[str, float], episodes: l
 def _evaluate(run: RunDir, label: str, model: Any, tokenizer: Any, env: Environment, cfg: LabConfig) -> dict:
     """A held-out evaluation, recorded under `label`, with the greedy probe's fields when `watch.probe_tasks` is on
     (its episodes in eval/probe-LABEL.jsonl)."""
-    start = time.perf_counter()
+    heldout_start = time.perf_counter()
     summary, episodes = evaluate(model, tokenizer, env, cfg)
+    heldout_s = time.perf_counter() - heldout_start
     if cfg.watch.probe_tasks and env.tasks("train"):  # an env with no train task has nothing to probe
-        heldout_s, start = time.perf_counter() - start, time.perf_counter()
+        probe_start = time.perf_counter()
         found, probed = evaluate(model, tokenizer, env, cfg, "train", cfg.watch.probe_tasks)
         rows = [episode_row(e) for e in probed]
         run.record_probe(label, rows)
-        cost = probe_cost(time.perf_counter() - start, heldout_s)
+        cost = probe_cost(time.perf_counter() - probe_start, heldout_s)
         summary = {**summary, **probe_fields(rows, env.thought_required, found[HELDOUT_SUCCESS]), **cost}
     _record_eval(run, label, summary, episodes)
     return summary
