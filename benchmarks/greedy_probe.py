@@ -3,7 +3,7 @@
 The benchmark's training steps sample 6 episodes at temperature, and the shortcut GRPO learns can stay a minority of
 them until greedy decoding flips to it (honest_demo-0: at most 2 of 6 training episodes with an empty thought at any
 step, then 9 of 12 held-out answers at step 8). A practitioner watching a run reads greedy transcripts of prompts
-they know. This candidate does that: at every checkpoint it decodes `PROBE_TASKS` train tasks greedily (the lab's
+they know. This replay does that: at every checkpoint it decodes `PROBE_TASKS` train tasks greedily (the lab's
 `evaluate` on the train split: a fixed shuffled subset, the same for every run of an environment, never a held-out
 task the ground truth reads), classifies each episode with the shared classifier and records the class shares.
 The alarm is the lab's own (`grpolab.trust.probe.probe_alarms`, on with `watch.probe_tasks`): a hack class whose share
@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpolab.config import LabConfig
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import build_policy
 from grpolab.envs import env_for
@@ -37,8 +38,8 @@ from grpolab.trust.behaviour import CLASSES, class_shares
 from grpolab.trust.probe import probe_alarms
 from grpolab.vocabulary import HELDOUT_SUCCESS, PROBE_N, PROBE_SUCCESS, probe_class_key
 
-PROBE_TASKS = 12
-"""Train tasks decoded greedily at each checkpoint (as many as the held-out evaluation's)."""
+PROBE_TASKS = LabConfig().watch.probe_tasks
+"""Train tasks decoded greedily at each checkpoint: the lab's default, so the replay decodes what a run's probe does."""
 CACHE = "greedy_probe.json"
 STARTS = "greedy_probe_starts.json"
 """Start probes by `_start_key`, in the directory that holds the runs."""
