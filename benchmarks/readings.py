@@ -88,7 +88,7 @@ def byo_block() -> list[str]:
         *learning_table(result, base),
         "",
         para(
-            f"Measured {result['date']}: `grpolab new-env unitconv --into runs && {result['command']}`"
+            f"Measured {result['date']}: `mkdir -p runs && grpolab new-env unitconv --into runs && {result['command']}`"
             + (f"; the base model: `{base['command']}`." if base else ".")
         ),
     ]

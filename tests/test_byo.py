@@ -16,6 +16,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 def tiny_folder(tmp_path: Path) -> Path:
     """A new-env folder with its config cut to the tiny model's size (the rest as written)."""
+    (tmp_path / "user").mkdir()  # new-env never makes the folder it writes into
     folder = new_env("units", tmp_path / "user")
     config = folder / "config.toml"
     text = config.read_text()

@@ -132,13 +132,15 @@ def test_plugin_paths_resolve_from_the_config_folder_and_names_from_sys_path(tmp
     ]
 
 
-def test_a_file_plugin_is_importable_by_its_name_for_env_module_class(tmp_path):
-    path = tmp_path / "plugin_env_mod_q.py"
-    path.write_text("VALUE = 7\n")
-    module = import_plugin(str(path))
-    import importlib
+def test_a_file_plugin_has_a_private_name_and_env_module_class_finds_it_by_its_stem(tmp_path):
+    from grpolab.envs import get_env
 
-    assert importlib.import_module("plugin_env_mod_q") is module and module.VALUE == 7
+    path = tmp_path / "plugin_env_mod_q.py"
+    path.write_text("from grpolab.envs.arithmetic import ArithmeticEnv as Env\nVALUE = 7\n")
+    module = import_plugin(str(path))
+    assert module.__name__ == "grpolab_user.plugin_env_mod_q" and module.VALUE == 7
+    assert "plugin_env_mod_q" not in sys.modules  # never the bare stem: a user's datasets.py is not `datasets`
+    assert get_env("plugin_env_mod_q:Env", plugins=[str(path)]).name == "arithmetic"
 
 
 def test_two_folders_plugin_files_of_one_name_both_load_and_neither_replaces_the_other(tmp_path):
@@ -148,7 +150,8 @@ def test_two_folders_plugin_files_of_one_name_both_load_and_neither_replaces_the
         path.parent.mkdir()
         path.write_text(f"VALUE = {value}\n")
     one, two = import_plugin(str(first)), import_plugin(str(second))
-    assert (one.VALUE, two.VALUE) == (1, 2) and one.__name__ == "same_name_plugin_q" and two.__name__ != one.__name__
+    assert (one.VALUE, two.VALUE) == (1, 2) and one.__name__ == "grpolab_user.same_name_plugin_q"
+    assert two.__name__.startswith("grpolab_user.same_name_plugin_q_")
     assert import_plugin(str(second)) is two
 
 

@@ -8,19 +8,19 @@ defined twice: the CLI, the trainer, the simulator and the exporter all read `La
 from __future__ import annotations
 
 import math
-import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grpolab.errors import UserError
 from grpolab.files.limits import MAX_CONFIG_BYTES
 from grpolab.files.nesting import check_nesting
 from grpolab.files.user_input import read_user_file
-from grpolab.plugins import import_recorded, resolve_plugins
-from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, THOUGHT_MIN_WORDS
+from grpolab.plugins import import_plugins, resolve_plugins
+from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, SCORE_TIMEOUT_S, THOUGHT_MIN_WORDS
 from grpolab.rewards.rubric import BUILTIN_RUBRIC
 
 
@@ -39,6 +39,9 @@ class RewardConfig(_Section):
     """The length component counts generated tokens in units of this many (tool output excluded)."""
     thought_min_words: int = Field(THOUGHT_MIN_WORDS, ge=0)
     """Fewest words an opening <thought> must hold for the format check to pay for it (0: any closed block pays)."""
+    timeout_s: float = Field(SCORE_TIMEOUT_S, gt=0, le=600)
+    """Seconds a reward component (a verifier, your reward function) may take per episode; past it the episode
+    scores 0 on that component, with the reason, and the step goes on."""
 
 
 class RolloutConfig(_Section):
@@ -251,8 +254,8 @@ class DataEnvConfig(_Section):
     @classmethod
     def _compiles(cls, pattern: str) -> str:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern)  # the engine the regex verifier matches with (`envs.data.verifiers.compiled`)
+        except (regex.error, OverflowError, RecursionError) as exc:
             raise ValueError(f"not a valid regular expression ({exc})") from None
         return pattern
 
@@ -267,7 +270,8 @@ class DataEnvConfig(_Section):
 
 class LabConfig(_Section):
     plugins: list[str] = Field(default_factory=list)
-    """Modules imported before the config is read (your rewards, environments): names or .py paths (grpolab.plugins)."""
+    """Your modules (rewards, environments), as names or .py paths, imported when a config you name is loaded or a run
+    is run, never when a run is only read (grpolab.plugins)."""
     env: str = "finance"
     """Environment name (`grpolab envs` lists them)."""
     model: str = "smollm2"
@@ -289,12 +293,6 @@ class LabConfig(_Section):
     """TRL GRPOConfig arguments passed as written, overriding the mapped ones (trl backend and export only)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _import_plugins(cls, data: Any) -> Any:
-        import_recorded(data)  # before any field is validated: a config.json read back imports its run's plugins
-        return data
 
 
 def field_doc(dotted: str) -> str:
@@ -377,7 +375,7 @@ def load_config(
     base: LabConfig | None = None,
     plugins: list[str] | None = None,
 ) -> LabConfig:
-    """Read a TOML config (or `base`, or the defaults), apply dotted-key overrides, import the plugins, validate.
+    """Read a TOML config (or `base`, or the defaults), apply dotted-key overrides, validate, import the plugins.
 
     `overrides` maps dotted field names ("grpo.beta", "env") to values; None values are ignored, so CLI options
     that were not given leave the file's values alone. The file's `plugins` are resolved from its folder, then
@@ -406,9 +404,11 @@ def load_config(
                 raise UserError(f"{source}: '{key}' is not a section (setting {dotted})", "check the field name")
         node[leaf] = value
     try:
-        return LabConfig.model_validate(data)
+        cfg = LabConfig.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc, source) from None
+    import_plugins(cfg.plugins)  # the user named this config (or --plugin): its code is theirs to run
+    return cfg
 
 
 def paths_from_folder(data: dict[str, Any], folder: Path) -> dict[str, Any]:

@@ -4,11 +4,16 @@ A plugin is named by the config's `plugins` list or by `--plugin`, as a module n
 a package folder. Paths are relative to the config file's folder (to the working directory for `--plugin`); a
 module name is looked up first as NAME.py or NAME/ in that folder, then on `sys.path`. `resolve_plugins` turns
 each into what a run records in its config.json: an absolute path for anything found as a file, the module name
-for an installed module. `LabConfig` imports the recorded plugins before it validates (`import_plugins`), so every
-later command on a run (resume, eval, compare, report, export, chat, the lab, the exported TRL script) loads them
-by itself.
+for an installed module.
 
-Importing a plugin runs its code, as `--env module:Class` does: plugins are code the user chose to run.
+Importing a plugin runs its code, as `--env module:Class` does: plugins are code the user chose to run, so they are
+imported in one explicit step and never while a config is read or validated. `load_config` imports the plugins of
+a config file or `--plugin` the user names; a run's recorded plugins are imported only by the commands that run
+the run (`train --resume`, `eval`, `compare`, `chat`, `export-model`, `simulate --real`: `RunDir.config_to_run`,
+which says so), never by one that reads it (the lab's views, `report`): a run folder someone shares is data.
+
+A plugin file is imported under a private name (`grpolab_user.<stem>`, `files_module`), so a user's `datasets.py`
+never takes the place of the `datasets` package in `sys.modules`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from grpolab.errors import UserError
 
@@ -85,12 +89,9 @@ def plugin_module(name: str, specs: Iterable[str]) -> ModuleType | None:
     return None
 
 
-def import_recorded(config: Any) -> None:
-    """Import the plugins a config's JSON (a run's config.json, a TOML read as a dict) lists, before anything else in
-    it is validated; a `plugins` value that is not a list of strings is left for validation to name."""
-    listed = config.get("plugins") if isinstance(config, dict) else None
-    if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
-        import_plugins(listed)
+def is_imported(spec: str) -> bool:
+    """Whether this process has imported the plugin `spec` (resolved) already."""
+    return spec in _LOADED
 
 
 def import_plugin(spec: str) -> ModuleType:
@@ -119,24 +120,41 @@ def _import_name(name: str) -> ModuleType:
         raise _failed(name, exc) from None
 
 
+USER_PREFIX = "grpolab_user."
+"""The private namespace user files are imported under (plugins, env data's tools and verifier modules)."""
+
+
+def private_name(path: Path) -> str:
+    """The name a user's file (or package folder) is imported under: `grpolab_user.<stem>`, or, where another file
+    of that stem came first (two `new-env` folders each hold rewards.py, and the lab reads both runs in one process),
+    `grpolab_user.<stem>_<hash of its path>`, so that neither replaces the other and no user file ever takes the
+    name of a real module (`plug/datasets.py` is `grpolab_user.datasets`, never `datasets`)."""
+    stem = path.name if path.is_dir() else path.stem
+    name = USER_PREFIX + stem
+    loaded = sys.modules.get(name)
+    if loaded is None or _same_file(loaded, path):
+        return name
+    return f"{name}_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+
+
+def _same_file(module: ModuleType, path: Path) -> bool:
+    init = path / "__init__.py" if path.is_dir() else path
+    return Path(getattr(module, "__file__", "") or "").resolve() == init.resolve()
+
+
 def _import_path(path: Path) -> ModuleType:
     package = path.is_dir()
     init = path / "__init__.py" if package else path
     if not init.is_file():
         raise UserError(f"plugin {str(path)!r} not found (no such file)", "fix the path, or remove the plugin")
-    name = path.name if package else path.stem
-    if not name.isidentifier():
-        raise UserError(f"plugin {str(path)!r}: {name!r} is not a module name", "rename it (letters, digits, _)")
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        if Path(getattr(loaded, "__file__", "") or "").resolve() == init.resolve():
-            return loaded
-        # another file of that name came first (two `new-env` folders each hold rewards.py, and the lab reads
-        # both runs in one process): this one gets a name of its own, so neither replaces the other
-        name = f"{name}_{hashlib.sha1(str(init.resolve()).encode()).hexdigest()[:8]}"
-        if name in sys.modules:
-            return sys.modules[name]
-    # its folder goes on sys.path so that the plugin can import its siblings (a tools module beside a rewards one)
+    stem = path.name if package else path.stem
+    if not stem.isidentifier():
+        raise UserError(f"plugin {str(path)!r}: {stem!r} is not a module name", "rename it (letters, digits, _)")
+    name = private_name(path)
+    if name in sys.modules:
+        return sys.modules[name]
+    # its folder goes on sys.path (last: never before the standard library's) so that the plugin can import its
+    # siblings (a tools module beside a rewards one)
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.append(folder)
@@ -146,7 +164,7 @@ def _import_path(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise UserError(f"plugin {str(path)!r} cannot be imported", "name a .py file or a package folder")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # registered first: `--env NAME:Class` and the module's own imports find it
+    sys.modules[name] = module  # registered first: dataclasses, pickle and the module's own imports find it
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:

@@ -21,13 +21,11 @@ the filter, no_new_privs: no set-uid program gains privileges there).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
 import select
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from transformers.utils import get_json_schema
 from grpolab import seccomp
 from grpolab.calculator import CalculatorError, calculate
 from grpolab.files.limits import MAX_NESTING
+from grpolab.timelimit import StillRunning, run_bounded
 
 MAX_OUTPUT_CHARS = 2000
 DEFAULT_TIMEOUT_S = 5.0
@@ -46,6 +45,8 @@ MAX_CHILD_BYTES = 1 << 20
 """A response from a child process larger than this is an error (it would be truncated to 2000 characters anyway)."""
 _LENGTH_BYTES = 8
 """The child's answer is preceded by its length."""
+TOO_DEEP = f"tool output nests more than {MAX_NESTING} levels deep (the limit)"
+"""The response to an output nested deeper than arguments may be: JSON's encoder and decoder recurse over it."""
 
 
 @dataclass(frozen=True)
@@ -116,70 +117,30 @@ def argument_problem(validator: jsonschema.protocols.Validator, arguments: Any) 
     return f"{where}: {err.message[:200]}"
 
 
-class ToolTimeout(BaseException):
-    """Raised inside an in-process call that ran past its timeout; a BaseException, so that a tool's own
-    `except Exception` does not swallow it."""
-
-
-_raise_in_thread = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
-    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
-)
-"""PyThreadState_SetAsyncExc with its own prototype. Never called with NULL: on 3.11 that leaves the interpreter's
-'async exception pending' flag set with nothing to raise, and every thread takes the slow path from then on."""
-
-
-class _ThreadCall:
-    """One in-process call on its own thread, which `stop` ends at its next Python instruction.
-
-    A thread cannot be killed, but an exception can be raised into it: pure-Python work stops at once, a C call
-    (a regex, a big-integer operation) only once it returns. `done` under `lock` makes sure the exception is never
-    raised once the call is over, and a Python call before the thread leaves its `try` (`_checkpoint`: CPython
-    raises a pending exception on entering a function) makes sure one raised late is caught there."""
-
-    def __init__(self, fn: Callable[..., Any], arguments: dict[str, Any]):
-        self.fn, self.arguments = fn, arguments
-        self.response: dict[str, Any] | None = None
-        self.lock = threading.Lock()
-        self.done = self.stopped = False
-        self.thread = threading.Thread(target=self._run, name=f"grpolab-tool-{getattr(fn, '__name__', 'call')}")
-        self.thread.daemon = True
-
-    def _run(self) -> None:
-        try:
-            try:
-                value = self.fn(**self.arguments)
-                self.response = value if isinstance(value, dict) else {"result": value}
-            except ToolTimeout:
-                pass
-            except BaseException as exc:  # a tool's own failure (SystemExit too) is a response, not a crash
-                self.response = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            finally:
-                with self.lock:
-                    self.done = True
-                if self.stopped:
-                    _checkpoint()
-        except ToolTimeout:  # raised after the call ended
-            pass
-
-    def stop(self) -> None:
-        with self.lock:
-            if not self.done and self.thread.ident is not None:
-                self.stopped = _raise_in_thread(self.thread.ident, ToolTimeout) == 1
-
-
-def _checkpoint() -> None:
-    """Nothing: calling it lets CPython raise an exception pending for this thread."""
+def failure_text(exc: BaseException) -> str:
+    """A tool's exception as the model sees it (`ValueError: bad id`), even where its text cannot be made: an
+    argument nested thousands deep, or a `__str__` that raises."""
+    try:
+        text = str(exc)[:200]
+    except Exception:  # RecursionError from a deep argument's repr, or whatever a __str__ raises
+        text = "(its message cannot be shown)"
+    return f"{type(exc).__name__}: {text}"
 
 
 def _run_in_thread(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: float, name: str) -> dict | None:
-    """Call `fn` on a thread of its own; None when it timed out (then it is stopped, see `_ThreadCall`)."""
-    call = _ThreadCall(fn, arguments)
-    call.thread.start()
-    call.thread.join(timeout_s)
-    if call.thread.is_alive():
-        call.stop()
+    """Call `fn` on a thread of its own (`timelimit.run_bounded`); None when it timed out (then it is stopped at
+    its next Python instruction). While `timelimit.MAX_STUCK_CALLS` earlier calls of this tool that timed out
+    still run (each one blocked in C is a thread that cannot be stopped), it is refused without a thread."""
+    try:
+        key = (str(getattr(fn, "__module__", "")), name)
+        call = run_bounded(lambda: fn(**arguments), timeout_s, name, key, label=f"tool-{name}")
+    except StillRunning as exc:
+        return {"error": str(exc)}
+    if call is None:
         return None
-    return call.response
+    if call.error is not None:  # a tool's own failure (SystemExit too) is a response, not a crash
+        return {"error": failure_text(call.error)}
+    return call.value if isinstance(call.value, dict) else {"result": call.value}
 
 
 @functools.cache
@@ -253,6 +214,8 @@ def _run_in_child(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: 
         }
     try:
         answer = json.loads(data)
+    except RecursionError:  # the child's encoder went deeper than this process's decoder may
+        return {"error": TOO_DEEP}
     except ValueError:
         return {"error": f"{name} ended without an answer"}
     return answer if isinstance(answer, dict) else {"error": f"{name} ended without an answer"}
@@ -275,9 +238,11 @@ def _child_answer(fn: Callable[..., Any], arguments: dict[str, Any]) -> bytes:
     try:
         value = fn(**arguments)
     except Exception as exc:  # as in-process: the tool's own failure is a response the model sees
-        return json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:200]}"}).encode()
+        return json.dumps({"error": failure_text(exc)}).encode()
     try:
         return json.dumps(value if isinstance(value, dict) else {"result": value}).encode()
+    except RecursionError:
+        return json.dumps({"error": TOO_DEEP}).encode()
     except (TypeError, ValueError):
         return json.dumps({"error": "tool returned a value that is not JSON-serialisable"}).encode()
 
@@ -302,14 +267,18 @@ def value_depth(value: Any, stop: int = MAX_NESTING + 1) -> int:
 
 
 def cap_output(response: dict[str, Any], limit: int = MAX_OUTPUT_CHARS) -> dict[str, Any]:
-    """Keep a response under `limit` characters of JSON; larger ones are replaced by a truncated preview."""
+    """Keep a response under `limit` characters of JSON; larger ones are replaced by a truncated preview (a
+    string), and one nested deeper than `MAX_NESTING` by an error saying so."""
     try:
         text = json.dumps(response)
+    except RecursionError:
+        return {"error": TOO_DEEP}
     except (TypeError, ValueError):
         return {"error": "tool returned a value that is not JSON-serialisable"}
-    if len(text) <= limit:
-        return response
-    return {"error": f"output truncated to {limit} characters", "preview": text[:limit]}
+    if len(text) > limit:
+        return {"error": f"output truncated to {limit} characters", "preview": text[:limit]}
+    # counted only on what fits the limit (a short walk): what goes to the model as it is nests as arguments may
+    return response if value_depth(response) <= MAX_NESTING else {"error": TOO_DEEP}
 
 
 def calculator(expression: str) -> dict[str, Any]:

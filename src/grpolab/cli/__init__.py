@@ -31,15 +31,17 @@ from grpolab.cli.options import (
     print_json,
     resolve_config,
 )
+from grpolab.cli.supervise import run_supervised
 from grpolab.config import config_to_dict
 from grpolab.engine.policy import resolve_precision
 from grpolab.envs import SPLITS, Environment, env_for, env_names, get_env
+from grpolab.envs.base import EpisodeState
 from grpolab.errors import UserError
 from grpolab.models import model_token_counter
 from grpolab.rewards.rubric import check_weights
 from grpolab.rewards.score import score_transcript
 from grpolab.scaffold import new_env
-from grpolab.tools import ToolBox
+from grpolab.tools import ToolBox, failure_text
 
 app = typer.Typer(
     add_completion=False,
@@ -92,7 +94,9 @@ def config(
 @app.command("new-env")
 def new_env_command(
     name: Annotated[str, typer.Argument(help="The folder to write (letters, digits, - and _).")],
-    into: Annotated[Path, typer.Option("--into", help="Where to write it.")] = Path("."),
+    into: Annotated[
+        Path, typer.Option("--into", help="The existing folder to write it in (never made for you).")
+    ] = Path("."),
     stateful: Annotated[
         bool, typer.Option("--stateful", help="An environment with state: an order desk, one sqlite db per episode.")
     ] = False,
@@ -197,15 +201,34 @@ def tools_run(
     problem = tool.validation_error(arguments)
     if problem:
         raise UserError(f"tool arguments do not fit {name}'s schema: {problem}", f"see `grpolab envs` for {name}")
-    if e.stateful:  # the tool runs on a fresh episode's state, which is gone once it answers
-        err_console.print(f"env {cfg.env!r} is stateful: {name} ran on a fresh episode", markup=False)
-        episode = e.start_episode(next(iter(e.all_tasks().values())))
-        try:
-            response = episode.toolbox.execute(name, arguments)
-        finally:
-            episode.close()
-    else:
-        response = tool.run(arguments)
+    if not e.stateful:
+        _print_response(tool.run(arguments), json)
+        return
+    # the tool runs on a fresh episode's state, which is gone once it answers
+    err_console.print(f"env {cfg.env!r} is stateful: {name} ran on a fresh episode", markup=False)
+    episode = e.start_episode(next(iter(e.all_tasks().values())))
+    try:
+        response = episode.toolbox.execute(name, arguments)
+    finally:
+        failure = _close_failure(episode)
+    _print_response(response, json)  # what the tool answered is shown even when the close that follows failed
+    if failure:
+        raise UserError(
+            f"env {cfg.env!r}: the episode's close raised {failure} (after {name} answered)",
+            "fix the close function the environment's start_episode gives its EpisodeState",
+        )
+
+
+def _close_failure(episode: EpisodeState) -> str | None:
+    """Close an episode; what its close raised (`OSError: ...`), or None when it closed cleanly."""
+    try:
+        episode.close()
+    except Exception as exc:  # the environment's own code: its failure is named, not a traceback
+        return failure_text(exc)
+    return None
+
+
+def _print_response(response: dict, json: bool) -> None:
     if json:
         print_json(response)
     else:
@@ -235,6 +258,7 @@ def reward_score(
         cfg.reward.length_unit,
         count_tokens=model_token_counter(cfg.model),
         thought_min_words=cfg.reward.thought_min_words,
+        timeout_s=cfg.reward.timeout_s,
     )
     if json:
         print_json(s.to_json())
@@ -262,5 +286,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def run(argv: list[str] | None = None) -> None:
+    """The `grpolab` command: `main` in a child process that a supervisor watches (`grpolab.cli.supervise`), so
+    that code it runs which ends the process (os._exit, a signal) is a named error, never a silent exit 0."""
+    run_supervised(main, argv)
+
+
 if __name__ == "__main__":
-    main()
+    run()

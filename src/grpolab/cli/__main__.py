@@ -1,5 +1,5 @@
-"""`python -m grpolab.cli`: the same entry point as the `grpolab` command."""
+"""`python -m grpolab.cli`: the same entry point as the `grpolab` command (supervised: `grpolab.cli.supervise`)."""
 
-from grpolab.cli import main
+from grpolab.cli import run
 
-main()
+run()

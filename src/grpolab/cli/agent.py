@@ -31,9 +31,11 @@ from grpolab.cli.options import (
     load_plugin_options,
     print_json,
     resolve_config,
+    run_plugins,
     writing_to,
 )
 from grpolab.errors import UserError
+from grpolab.plugins import import_plugins
 
 if TYPE_CHECKING:
     from grpolab.agent.chat import ChatEvent
@@ -61,7 +63,8 @@ def export_model(
     json: JsonOpt = False,
 ) -> None:
     """Export a run's agent: merged weights as a transformers model folder (and GGUF) that loads without grpolab."""
-    load_plugin_options(plugin)  # the run's own plugins come with its config.json
+    load_plugin_options(plugin)
+    run_plugins(run)  # exporting runs the run (its env for --check): its recorded plugins are imported, and named
 
     kind: GGUFType = gguf_type  # type: ignore[assignment]  # export_run rejects other values with a UserError
     with writing_to(out, "--out"):
@@ -113,6 +116,7 @@ def chat(
     if run is not None:
         if model is not None:
             raise UserError("pass --run or --model, not both", "--run runs/NAME chats with that run's agent")
+        run_plugins(run)  # chatting runs the run: its recorded plugins are imported, and named
         session = ChatSession.from_run(run, **opts)
     else:
         session = ChatSession.from_config(_model_config(config, env, model, seed), **opts)
@@ -130,6 +134,7 @@ def _model_config(config: Path | None, env: str | None, model: str | None, seed:
     """An exported folder brings its run's config (env, prompt); otherwise the usual config resolution."""
     exported = exported_config(Path(model)) if model and Path(model).is_dir() else None
     if exported is not None and config is None and env is None:
+        import_plugins(exported.plugins)  # chatting with an export runs it: the plugins its run recorded
         return exported
     return resolve_config(config, env, model, seed)
 

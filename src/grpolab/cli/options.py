@@ -101,6 +101,21 @@ def load_plugin_options(plugins: list[str] | None) -> None:
         import_plugins(resolve_plugins(plugins, Path.cwd()))
 
 
+def run_plugins(run: Path) -> LabConfig | None:
+    """For a command that runs a run (chat, compare, export-model, simulate --real): its config, with the plugins
+    it records imported, each named on stderr as code of the run's that now runs here (`RunDir.config_to_run`).
+    None where `run` is no run directory (the command's own reading of it says what is wrong)."""
+    from grpolab.rundir import RunDir  # the run directory's reader: only for the commands that read one
+
+    if not RunDir(run).is_run():
+        return None
+    notes: list[str] = []
+    cfg = RunDir(run).config_to_run(notes)
+    for line in notes:
+        err_console.print(line, markup=False, soft_wrap=True)
+    return cfg
+
+
 @contextmanager
 def writing_to(path: Path, flag: str) -> Iterator[None]:
     """Writing an output the user named: a file system error (read-only, a folder in the way, no space) is a

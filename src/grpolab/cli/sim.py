@@ -22,6 +22,7 @@ from grpolab.cli.options import (
     positive_finite,
     print_json,
     resolve_config,
+    run_plugins,
 )
 from grpolab.config import field_doc
 from grpolab.envs import env_for
@@ -131,7 +132,8 @@ def simulate(
 ) -> None:
     """Simulate GRPO on a behaviour-level policy whose class rewards are measured with the real reward."""
     # compared with a real run, the simulation follows that run's config unless a file or flag says otherwise
-    base = RunDir(real).read_config() if real is not None and config is None else None
+    # and simulating it runs its env: its recorded plugins are imported, and named
+    base = (run_plugins(real) or RunDir(real).read_config()) if real is not None and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
     source = calibrate or real
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR

@@ -79,7 +79,10 @@ def train(
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
     if resume is not None:
         load_plugin_options(plugin)
-        cfg = RunDir(resume).read_config()  # imports the run's own plugins
+        notes: list[str] = []
+        cfg = RunDir(resume).config_to_run(notes)  # resuming runs the run: its own plugins are imported, and named
+        for line in notes:
+            err_console.print(line, markup=False, soft_wrap=True)
         if steps is not None:
             try:
                 cfg.train.steps = steps
@@ -137,7 +140,8 @@ def eval_(
                 f"drop {', '.join(ignored)}, or evaluate a model without --run",
             )
         load_plugin_options(plugin)
-        cfg = RunDir(run).read_config()  # imports the run's own plugins
+        skipped: list[str] = []
+        cfg = RunDir(run).config_to_run(skipped)  # evaluating runs the run: its own plugins are imported, and named
         if data:  # evaluate the trained policy on other data of the same environment (e.g. another BFCL file)
             cfg.data = [str(d) for d in data]
         if category:  # or on other categories (e.g. BFCL's live_* ones, never trained on)
@@ -150,7 +154,6 @@ def eval_(
                 if not set(cfg.task_kinds) <= kinds:  # and are dropped where it has none of its own (capitals)
                     cfg.task_kinds = []
         environment = env_for(cfg)  # a bad --env, --data or --category is refused before the policy loads
-        skipped: list[str] = []
         policy, tokenizer, _, _ = load_run_policy(run, skipped)
         for line in skipped:
             err_console.print(line, markup=False, soft_wrap=True)

@@ -26,6 +26,7 @@ from grpolab.cli.options import (
     load_plugin_options,
     print_json,
     resolve_config,
+    run_plugins,
     writing_to,
 )
 from grpolab.engine.evaluate import evaluate
@@ -151,7 +152,9 @@ def compare(
 ) -> None:
     """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
     target = output_target(html_out, "--html") if html_out is not None else None  # before minutes of work
-    base_cfg = resolve_config(config, plugins=plugin)  # a run's own plugins come with its config
+    base_cfg = resolve_config(config, plugins=plugin)
+    for side in (run, against):  # comparing runs each run named: its recorded plugins are imported, and named
+        run_plugins(Path(side))
     right_model, right_tok, cfg = load_policy(run, base_cfg)  # a run brings its own config
     left_model, left_tok, _ = load_policy(cfg.model if against == "base" else against, cfg)
     env = env_for(cfg)
@@ -217,8 +220,7 @@ def compare(
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")], plugin: PluginOpt = None) -> None:
     """(Re)write runs/NAME/report.html from the run's artifacts (malformed ones are named and left out)."""
-    load_plugin_options(plugin)
-    RunDir(run).import_plugins()  # What GRPO changed builds the run's env; a config that is invalid is still reported
+    load_plugin_options(plugin)  # a run is data: the report reads its rows and imports none of its plugins
 
     skipped: list[str] = []
     with writing_to(RunDir(run).report_path, "--run"):

@@ -55,7 +55,9 @@ def evaluate(
 
 
 def _score(env: Environment, episodes: list[Episode], cfg: LabConfig) -> None:
-    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
+    score_episodes(
+        env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words, cfg.reward.timeout_s
+    )
 
 
 def task_verdicts(episodes: list[Episode]) -> list[dict[str, Any]]:

@@ -78,9 +78,10 @@ def build_policy(cfg: LabConfig, warm_start: Path | None = None) -> tuple[Any, A
 def load_run_policy(path: Path, notes: list[str] | None = None) -> tuple[Any, Any, LabConfig, int]:
     """(policy, tokenizer, config, step) of a run directory at its newest intact checkpoint (SFT warm start
     included): the one way from a run to its policy (eval, compare, export, chat). A checkpoint skipped on the way
-    (damaged, or refused by the weights-only loader) is named in `notes`; a damaged warm start is a UserError."""
+    (damaged, or refused by the weights-only loader) is named in `notes`, as are the run's recorded plugins it
+    imports (`RunDir.config_to_run`); a damaged warm start is a UserError."""
     run = RunDir(path)
-    cfg = run.read_config()
+    cfg = run.config_to_run(notes)
     if not run.checkpoints():
         raise UserError(f"{path} has no checkpoint", "train it first (grpolab train --out ...), or name a model")
     model, tokenizer, _ = build_policy(cfg, run.warm_start())

@@ -175,7 +175,14 @@ class GRPOTrainer:
             gen = step_generator(cfg, step, attempt)
             eps = run_episodes(self.sampler.model, self.tokenizer, self.env, tasks, G, self.sampling, gen, phases)
             with phases(PHASE_SCORE, episodes=len(eps)):
-                score_episodes(self.env, eps, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
+                score_episodes(
+                    self.env,
+                    eps,
+                    cfg.reward.weights,
+                    cfg.reward.length_unit,
+                    cfg.reward.thought_min_words,
+                    cfg.reward.timeout_s,
+                )
             for g in range(len(tasks)):
                 group = eps[g * G : (g + 1) * G]
                 if cfg.grpo.dynamic_filter != "off" and len({e.score.total for e in group}) == 1:

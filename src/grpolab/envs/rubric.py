@@ -19,7 +19,7 @@ are 0, except a non-standard component's own default weight, which applies unles
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -80,6 +80,21 @@ def make_component(
     return RewardComponent(name, letter or name, float(weight), fn, doc, False, shape or function_shape(fn), shaping)
 
 
+def check_letters(components: Iterable[RewardComponent]) -> None:
+    """Each component's letter is its own within one rubric (breakdowns and logs name components by it): a second
+    component with a letter already taken is a UserError naming both and the fix. A component without a letter
+    shows its name, which no other component has."""
+    taken: dict[str, RewardComponent] = {}
+    for component in components:
+        first = taken.setdefault(component.letter, component)
+        if first is not component:
+            raise UserError(
+                f"reward components {first.name!r} and {component.name!r} both have the letter {component.letter!r} "
+                f"(a breakdown would show two {component.letter}: entries)",
+                f"give {component.name!r} another letter (letter=...; letters in use: {', '.join(taken)})",
+            )
+
+
 class Rubric:
     """Reward components by name: those of `base` (looked up live), then this rubric's own."""
 
@@ -102,8 +117,10 @@ class Rubric:
         shape: Shape | None = None,
         shaping: bool = False,
     ) -> RewardComponent:
-        """Add a component of this rubric's own (`make_component`: default weight, letter, shape, shaping)."""
+        """Add a component of this rubric's own (`make_component`: default weight, letter, shape, shaping); a letter
+        another of its components has is a UserError (`check_letters`)."""
         component = make_component(name, fn, letter, weight, description, shape, shaping)
+        check_letters({**self.components, name: component}.values())
         self.own[name] = component
         return component
 

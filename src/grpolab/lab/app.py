@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,6 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from grpolab.config import LabConfig
-from grpolab.envs import env_names
 from grpolab.lab import handlers, views
 from grpolab.lab.explain import EXPLAINERS
 from grpolab.lab.form import (
@@ -37,7 +37,7 @@ from grpolab.lab.form import (
     set_base_config,
 )
 from grpolab.lab.guard import LOOPBACK_NAMES, HostOriginGuard
-from grpolab.lab.limits import LabLimits
+from grpolab.lab.limits import LabLimits, offered_envs
 from grpolab.report.trajectories import CSS as TRAJECTORY_CSS
 
 CSS = (
@@ -58,12 +58,12 @@ CSS = (
 
 def build(root: Path, workdir: Path, limits: LabLimits | None = None) -> gr.Blocks:
     """The page over the runs folder `root`; `workdir` is the lab's private folder (exports go under it)."""
-    limits = limits or LabLimits()
     exports = workdir / "exports"
     exports.mkdir(parents=True, exist_ok=True)
     base = base_config()  # the demo's (the simulator is calibrated on its run), or `lab --config FILE`
+    limits = replace(limits or LabLimits(), base_env=base.env)  # its env (module:Class too) is offered and runs
     config_controls_ = config_controls(base)  # a weight per component of the base config's environment
-    choices = {"env": env_names(), "model": list(dict.fromkeys([*limits.models, base.model]))}
+    choices = {"env": offered_envs(base.env), "model": list(dict.fromkeys([*limits.models, base.model]))}
     with gr.Blocks(title="grpolab: Open-Weight Agent RL Lab") as page:
         gr.Markdown(
             "# Open-Weight Agent RL Lab: Policy & Reward Simulator\nReward config and GRPO settings on the "

@@ -171,7 +171,7 @@ def config_from_form(values: Mapping[str, Any]) -> LabConfig:
         overrides[control.name] = control.cast(values[control.name])
     overrides["model"] = overrides["model"] or LabConfig.model_fields["model"].default
     base = base_config()
-    check_env(overrides["env"])  # before it is built for its rubric
+    check_env(overrides["env"], base.env)  # before it is built for its rubric
     on_base = overrides["env"] == base.env
     rubric = rubric_for(base if on_base else LabConfig(env=overrides["env"]))
     weights = {k.removeprefix(WEIGHT): float(v) for k, v in values.items() if k.startswith(WEIGHT)}
@@ -179,7 +179,7 @@ def config_from_form(values: Mapping[str, Any]) -> LabConfig:
     standard = rubric.standard_names()
     overrides["reward.weights"] = {n: w for n, w in weights.items() if n in rubric.components and (w or n in standard)}
     cfg = load_config(None, overrides, base=base if on_base else None)
-    check_settings(cfg)  # the browser bounds the controls; a request can carry anything
+    check_settings(cfg, base.env)  # the browser bounds the controls; a request can carry anything
     return cfg
 
 

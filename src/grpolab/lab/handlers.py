@@ -81,7 +81,7 @@ def weights_shown(env: str | None, names: list[str]) -> list[Any]:
     be built (the simulator then names why)."""
     base = base_config()
     try:
-        check_env(env)
+        check_env(env, base.env)
         known = rubric_for(base if env == base.env else LabConfig(env=str(env))).components
     except FORM_ERRORS:
         return [gr.update() for _ in names]
@@ -198,11 +198,13 @@ def try_view(root: Path, name: str | None, question: str) -> str:
     checkpoints = RunDir(path).checkpoints()
     if not checkpoints:
         return views.message("This run has no checkpoint yet.", "warn")
+    notes: list[str] = []
     try:
+        RunDir(path).config_to_run(notes)  # asking the agent runs the run: its recorded plugins, named here
         events = list(_agent(path, checkpoints[-1][1]).send(question))
     except UserError as exc:
         return views.message(str(exc), "error")
-    return views.chat_html(events)
+    return "".join(views.message(note, "warn") for note in notes) + views.chat_html(events)
 
 
 def start_view(root: Path, limits: LabLimits, name: str, values: Mapping[str, Any]) -> tuple[str, Any]:

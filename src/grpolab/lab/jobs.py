@@ -6,6 +6,10 @@ held lock to the process it starts (`pass_fds` + `LOCK_FD_ENV`), which continues
 directory. At most `LabLimits.max_jobs` jobs run at once (counted under a lock on the runs folder, so two
 requests, or two labs, cannot both take the last slot).
 
+The process runs with an isolated import path (`python -P`: neither the lab's working folder nor the script's is on
+sys.path, so a `random.py` there is never imported in place of the standard library's) and in a working folder of
+its own (the run directory: a `.env` or any other file of the lab's folder is never read as the job's own).
+
 The process is started in its own session, so it outlives the page (and a page reload finds it again: a run is
 running while its lock is held). Stopping writes the run dir's STOP file: the trainer checkpoints after its
 current step and exits, so the last checkpoint is kept.
@@ -63,6 +67,8 @@ def start(cfg: LabConfig, root: Path, name: str, limits: LabLimits | None = None
     limits = limits or LabLimits()
     name = run_name(name)
     limits.check_config(cfg)
+    if Path(cfg.model).exists():  # a model folder the lab allowed, named from the lab's folder: the job runs elsewhere
+        cfg = cfg.model_copy(update={"model": str(Path(cfg.model).resolve())})
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -84,7 +90,8 @@ def start(cfg: LabConfig, root: Path, name: str, limits: LabLimits | None = None
         try:
             with open(root / f".{name}.log", "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "grpolab.cli", "train", "--resume", str(out), "--quiet"],
+                    [sys.executable, "-P", "-m", "grpolab.cli", "train", "--resume", str(out.resolve()), "--quiet"],
+                    cwd=out,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,

@@ -58,6 +58,9 @@ class LabLimits:
     """Model names or paths the person who started the lab allowed (`grpolab lab --allow-model`)."""
     max_jobs: int = 2
     """Training jobs running at once, over every lab serving the same runs folder (the machine has 2 cores)."""
+    base_env: str | None = None
+    """The environment of the lab's base config (`grpolab lab --config FILE`), offered beside the registered ones
+    (`offered_envs`); `lab.app.build` sets it."""
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -72,20 +75,29 @@ class LabLimits:
 
     def check_config(self, cfg: LabConfig) -> None:
         """A config a training job may run on: bounded settings and a model the lab may load."""
-        check_settings(cfg)
+        check_settings(cfg, self.base_env)
         self.check_model(cfg.model)
 
 
-def check_env(env: Any) -> None:
-    """An environment the form may name: one the lab offers, never module:attr (an import and a call) from a web
-    request."""
-    if env not in env_names():
-        raise UserError(f"environment {env!r} is not offered by the lab", f"use one of: {', '.join(env_names())}")
+def offered_envs(base_env: str | None = None) -> list[str]:
+    """The environments the lab offers: the registered ones, and the base config's (`grpolab lab --config FILE`:
+    the person who started the lab named its `module:Class`; a web request never names one of its own)."""
+    names = env_names()
+    return names if base_env is None or base_env in names else [*names, base_env]
 
 
-def check_settings(cfg: LabConfig) -> None:
-    """The environment and the bounded settings of a config built from the form (before anything uses it)."""
-    check_env(cfg.env)
+def check_env(env: Any, base_env: str | None = None) -> None:
+    """An environment the form may name: one the lab offers (`offered_envs`), never another module:attr (an import
+    and a call) from a web request."""
+    offered = offered_envs(base_env)
+    if env not in offered:
+        raise UserError(f"environment {env!r} is not offered by the lab", f"use one of: {', '.join(offered)}")
+
+
+def check_settings(cfg: LabConfig, base_env: str | None = None) -> None:
+    """The environment (`check_env`) and the bounded settings of a config built from the form (before anything
+    uses it)."""
+    check_env(cfg.env, base_env)
     for name, bound in BOUNDS.items():
         section, _, key = name.partition(".")
         if section == "simulator":

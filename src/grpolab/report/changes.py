@@ -16,9 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.config import LabConfig
-from grpolab.envs import env_for
+from grpolab.envs.arithmetic import ArithmeticEnv
+from grpolab.envs.bfcl.env import BFCLEnv
+from grpolab.envs.capitals import CapitalsEnv
+from grpolab.envs.code.env import CodeEnv
+from grpolab.envs.finance import FinanceEnv
 from grpolab.report.charts import svg_chart
-from grpolab.rundir.snapshot import RunSnapshot
+from grpolab.rundir import RunDir
+from grpolab.rundir.snapshot import RunSnapshot, section
 from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
 from grpolab.trust.drift import drift_alarms, step_behaviour
 from grpolab.vocabulary import behaviour_key, class_key
@@ -161,9 +166,34 @@ def run_changes(snap: RunSnapshot) -> Changes | None:
     if len(steps) < 2:
         return None
     try:
-        cfg = LabConfig.model_validate(snap.config)
-        thought = env_for(cfg).thought_required
+        cfg = LabConfig.model_validate(snap.config)  # data: validating imports nothing the run names
     except Exception:  # a damaged or foreign config: the default thresholds still read the transcripts
-        cfg, thought = LabConfig(), True
+        cfg = LabConfig()
     first, last = steps[0], steps[-1]
+    thought = recorded_thought_required(snap)
     return what_changed(snap.evals[first], snap.evals[last], cfg, thought, (f"step {first}", f"step {last}"))
+
+
+BUILTIN_THOUGHT = {
+    "finance": FinanceEnv.thought_required,
+    "finance_shifted": FinanceEnv.thought_required,
+    "arithmetic": ArithmeticEnv.thought_required,
+    "bfcl": BFCLEnv.thought_required,
+    "capitals": CapitalsEnv.thought_required,
+    "code": CodeEnv.thought_required,
+}
+"""Whether each built-in environment asks for a thought, read off its class: for runs made before env.json."""
+
+
+def recorded_thought_required(snap: RunSnapshot) -> bool:
+    """Whether the run's environment asks for a thought, from what the run recorded, never by building its
+    environment (which may import the run's code): env.json, else env data's setting or a built-in's class, else
+    yes (the protocol's default)."""
+    recorded = RunDir(snap.path).env_facts().get("thought_required")
+    if isinstance(recorded, bool):
+        return recorded
+    env = snap.config.get("env")
+    if env == "data":
+        setting = section(snap.config, "data_env").get("thought_required", True)
+        return setting if isinstance(setting, bool) else True
+    return BUILTIN_THOUGHT.get(env, True) if isinstance(env, str) else True

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers
-from grpolab.envs.rubric import RewardComponent, Shape, make_component
+from grpolab.envs.rubric import RewardComponent, Shape, check_letters, make_component
 from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
 
@@ -43,6 +43,8 @@ def thought_words(text: str) -> int:
 
 
 DEFAULT_LENGTH_UNIT = 100
+SCORE_TIMEOUT_S = 5.0
+"""Default of `reward.timeout_s`: seconds one reward component (a verifier, a user's reward) may take per episode."""
 """Generated tokens per unit of the length component (the default of `reward.length_unit`)."""
 MAX_REPLAYED_CALLS = 16
 """Calls that scoring runs again per transcript (`rewards/replay.py`): each may cost up to its tool's timeout, and
@@ -133,8 +135,16 @@ def completion_reward(r: Replay, task: Task, env: Environment, ctx: RewardContex
     assert r.evidence is not None
     verdict = env.verify(task, answer, r.evidence)
     if verdict.score is not None:
-        return float(verdict.score), verdict.reason
+        return verdict_score(verdict.score), verdict.reason
     return (1.0 if verdict.passed else 0.0), verdict.reason
+
+
+def verdict_score(score: object) -> float:
+    """A Verdict's partial credit, checked as a verifier's plain number is: a finite number in [0, 1]. Anything
+    else raises, so the component is an error (NaN, counted, the step skipped), never a reward of 5 or of inf."""
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 1:
+        raise ValueError(f"the verifier's Verdict has score={score!r}: a score must be a finite number in [0, 1]")
+    return float(score)
 
 
 def length_reward(r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str]:
@@ -206,10 +216,12 @@ def register_reward(
 ) -> RewardComponent:
     """Add a reward component to every environment's rubric (a plugin's reward for the built-in environments); an
     environment adds its own with `self.rubric.add(...)`. Its default weight is `weight` (0: scored only where the
-    config weights it)."""
+    config weights it). A built-in name, or a letter a built-in or another registered component has, is a
+    UserError (`check_letters`)."""
     if name in BUILTIN_NAMES:
         raise UserError(f"reward component {name!r} is built in", "give your component another name")
     component = make_component(name, fn, letter, weight, description, shape, shaping)
+    check_letters([*BUILTIN_COMPONENTS, *{**_REGISTERED, name: component}.values()])
     _REGISTERED[name] = component
     return component
 

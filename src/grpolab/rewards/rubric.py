@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grpolab.envs.rubric import RewardComponent, Rubric
+from grpolab.envs.rubric import RewardComponent, Rubric, check_letters
 from grpolab.errors import UserError
 from grpolab.rewards.components import BUILTIN_COMPONENTS, BUILTIN_NAMES, registered_components
 
@@ -36,14 +36,17 @@ DEFAULT_RUBRIC: Rubric = _DefaultRubric()
 
 def rubric_of(env: Environment | object) -> Rubric:
     """The rubric an environment is scored under: the default one (built-ins, then what plugins registered), then
-    the environment's own components (`Environment.rubric`). An own component may not take a built-in name."""
+    the environment's own components (`Environment.rubric`). An own component may not take a built-in name, nor a
+    letter another component of this rubric has (`check_letters`)."""
     own = getattr(env, "rubric", None)
     if not isinstance(own, Rubric) or not own.own:
         return DEFAULT_RUBRIC
     clash = sorted(set(own.own) & BUILTIN_NAMES)
     if clash:
         raise UserError(f"the environment adds a reward component called {clash[0]!r}, which is built in", "rename it")
-    return Rubric(tuple(own.own.values()), base=DEFAULT_RUBRIC)
+    rubric = Rubric(tuple(own.own.values()), base=DEFAULT_RUBRIC)
+    check_letters(rubric.components.values())  # the env's own letters against what plugins registered since
+    return rubric
 
 
 def check_weights(cfg: LabConfig, env: Environment) -> None:

@@ -1,7 +1,10 @@
 """Scoring a transcript: every component's value and reason, their weighted sum, and the `F:+1.0 | ...` breakdown.
 
 A reward component that raises is not scored 0: its value is NaN, the error is kept on the result, and the trainer
-skips the step and counts it.
+skips the step and counts it. Every component runs under a time limit per episode (`reward.timeout_s`; a TRL-shaped
+one that limit times its batch's episodes), since verifiers and rewards are user code and degenerate model text
+(30 repeated letters) can make a backtracking one run for minutes: one that runs past it is stopped and scores 0
+with the reason (`verifier timed out after 5 s`), counted as an error; the step goes on.
 """
 
 from __future__ import annotations
@@ -13,9 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.envs.base import Environment, Task
-from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, RewardComponent, RewardContext
+from grpolab.rewards.components import (
+    DEFAULT_LENGTH_UNIT,
+    SCORE_TIMEOUT_S,
+    THOUGHT_MIN_WORDS,
+    RewardComponent,
+    RewardContext,
+)
 from grpolab.rewards.replay import Recording, Replay, replay
 from grpolab.rewards.rubric import DEFAULT_RUBRIC, rubric_of
+from grpolab.timelimit import StillRunning, TimedOut, call_with_time_limit
 
 
 @dataclass
@@ -86,6 +96,7 @@ def score_transcript(
     gen_tokens: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
     thought_min_words: int = THOUGHT_MIN_WORDS,
+    timeout_s: float = SCORE_TIMEOUT_S,
 ) -> Score:
     """Score an assistant transcript (tool responses included) by re-executing its calls.
 
@@ -94,7 +105,7 @@ def score_transcript(
     embedded model's tokenizer).
     """
     items = [(task, text, gen_tokens)]
-    return score_transcripts(env, items, weights, length_unit, count_tokens, thought_min_words)[0]
+    return score_transcripts(env, items, weights, length_unit, count_tokens, thought_min_words, timeout_s=timeout_s)[0]
 
 
 def score_transcripts(
@@ -105,6 +116,7 @@ def score_transcripts(
     count_tokens: Callable[[str], int] | None = None,
     thought_min_words: int = THOUGHT_MIN_WORDS,
     recordings: list[Recording | None] | None = None,
+    timeout_s: float = SCORE_TIMEOUT_S,
 ) -> list[Score]:
     """Score (task, transcript, policy tokens or None) items under the environment's rubric: grpolab-shaped
     components one transcript at a time, TRL-shaped ones in one call over all of them. Weights are checked against
@@ -117,7 +129,7 @@ def score_transcripts(
     try:
         for (task, text, _), recording in zip(items, recordings):
             replays.append(replay(env, task, text, recording))
-        return _score_replays(env, items, replays, weights, length_unit, count_tokens, thought_min_words)
+        return _score_replays(env, items, replays, weights, length_unit, count_tokens, thought_min_words, timeout_s)
     finally:
         for r in replays:  # a stateful environment's fresh episodes, once every component has read them
             r.close()
@@ -131,6 +143,7 @@ def _score_replays(
     length_unit: int,
     count_tokens: Callable[[str], int] | None,
     thought_min_words: int,
+    timeout_s: float,
 ) -> list[Score]:
     rubric = rubric_of(env)
     components = rubric.components
@@ -150,9 +163,9 @@ def _score_replays(
     for name in rubric.scored(weights):
         c = components[name]
         if c.shape == "trl":
-            results = _batched(c, [task for task, _, _ in items], [text for _, text, _ in items])
+            results = _batched(c, [task for task, _, _ in items], [text for _, text, _ in items], timeout_s)
         else:
-            results = [_one(c, r, task, env, ctx) for r, (task, _, _), ctx in zip(replays, items, contexts)]
+            results = [_one(c, r, task, env, ctx, timeout_s) for r, (task, _, _), ctx in zip(replays, items, contexts)]
         for i, (value, reason, error) in enumerate(results):
             values[i][name], reasons[i][name] = value, reason
             if error:
@@ -168,11 +181,26 @@ def _error(exc: Exception) -> tuple[float, str, bool]:
     return math.nan, f"error: {type(exc).__name__}: {exc}", True
 
 
-def _one(c: RewardComponent, r: Replay, task: Task, env: Environment, ctx: RewardContext) -> tuple[float, str, bool]:
-    """A grpolab-shaped component on one transcript: (value, reason, raised)."""
+def _timed_out(exc: TimedOut | StillRunning) -> tuple[float, str, bool]:
+    """A component that ran past its time limit (or whose earlier calls still run past theirs): the episode fails
+    it (0), with the reason, counted as an error."""
+    return 0.0, str(exc), True
+
+
+def _what(c: RewardComponent) -> str:
+    """How a timed-out component is named: the completion component is the task's verifier."""
+    return "verifier" if c.name == "completion" else f"reward {c.name}"
+
+
+def _one(
+    c: RewardComponent, r: Replay, task: Task, env: Environment, ctx: RewardContext, timeout_s: float
+) -> tuple[float, str, bool]:
+    """A grpolab-shaped component on one transcript, under its time limit: (value, reason, raised or timed out)."""
     try:
-        value, reason = c.fn(r, task, env, ctx)
+        value, reason = call_with_time_limit(lambda: c.fn(r, task, env, ctx), timeout_s, _what(c))
         return float(value), str(reason), False
+    except (TimedOut, StillRunning) as exc:
+        return _timed_out(exc)
     except Exception as exc:  # counted and shown, never silently 0
         return _error(exc)
 
@@ -181,9 +209,12 @@ TASK_COLUMNS = ("task_id", "answer", "truth", "kind")
 """The task fields a TRL-shaped component receives as keyword columns (besides the task's `meta` entries)."""
 
 
-def _batched(c: RewardComponent, tasks: list[Task], texts: list[str]) -> list[tuple[float, str, bool]]:
+def _batched(
+    c: RewardComponent, tasks: list[Task], texts: list[str], timeout_s: float
+) -> list[tuple[float, str, bool]]:
     """A TRL-shaped component on all transcripts in one call, as TRL calls its reward functions: prompts,
-    completions (the transcripts) and one column per task field; None is "not applicable" (0)."""
+    completions (the transcripts) and one column per task field; None is "not applicable" (0). The call's time
+    limit is `timeout_s` per transcript."""
     columns: dict[str, list[Any]] = {
         "task_id": [t.id for t in tasks],
         "answer": [t.answer for t in tasks],
@@ -196,8 +227,10 @@ def _batched(c: RewardComponent, tasks: list[Task], texts: list[str]) -> list[tu
     params = inspect.signature(c.fn).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         columns = {k: v for k, v in columns.items() if k in params}  # a function that takes only some columns
+    prompts = [t.prompt for t in tasks]
     try:
-        out = c.fn(prompts=[t.prompt for t in tasks], completions=texts, **columns)
+        limit = timeout_s * len(tasks)
+        out = call_with_time_limit(lambda: c.fn(prompts=prompts, completions=texts, **columns), limit, _what(c))
         if not isinstance(out, (list, tuple)) or len(out) != len(tasks):
             raise TypeError(f"returned {type(out).__name__}, not a list of {len(tasks)} floats (or None)")
         results = []
@@ -209,6 +242,8 @@ def _batched(c: RewardComponent, tasks: list[Task], texts: list[str]) -> list[tu
             else:
                 raise TypeError(f"returned a {type(v).__name__} among its values, not a float or None")
         return results
+    except (TimedOut, StillRunning) as exc:
+        return [_timed_out(exc)] * len(tasks)
     except Exception as exc:  # every transcript of the batch: counted and shown, never silently 0
         return [_error(exc)] * len(tasks)
 
@@ -219,6 +254,7 @@ def score_episodes(
     weights: dict[str, float],
     length_unit: int,
     thought_min_words: int = THOUGHT_MIN_WORDS,
+    timeout_s: float = SCORE_TIMEOUT_S,
 ) -> None:
     """Score generated episodes in place (`episode.score`), counting their policy tokens as generated; TRL-shaped
     components see them all in one batch. An environment with state or non-deterministic tools is scored from
@@ -227,7 +263,7 @@ def score_episodes(
     recorded = env.scores_recorded_traffic
     recordings = [e.recording() if recorded else None for e in episodes]
     try:
-        scores = score_transcripts(env, items, weights, length_unit, None, thought_min_words, recordings)
+        scores = score_transcripts(env, items, weights, length_unit, None, thought_min_words, recordings, timeout_s)
     finally:
         for e in episodes:
             e.close()

@@ -161,6 +161,7 @@ def train(
     check_weights(cfg, env)  # before the run is made: its config.json records the weights as the env applies them
     run = RunDir.open_to_resume(out) if resume else RunDir.create(out, cfg)
     try:
+        run.write_env_facts(env.thought_required, rubric_of(env).letters())  # read by views that import nothing
         run.clear_stop()  # a stale stop request from an earlier process must not end this one
         if cfg.train.precision == "auto":  # a resumed run keeps the precision its config.json recorded
             choice = resolve_precision(cfg, env)

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 from grpolab.errors import UserError
 from grpolab.files.atomic import atomic_write, atomic_write_dir, atomic_write_text, unused_name
 from grpolab.files.json_files import append_jsonl, read_json, read_jsonl, write_jsonl
-from grpolab.plugins import import_recorded
+from grpolab.plugins import import_plugins, is_imported
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     CUT_ROWS_PREFIX,
+    ENV_FILE,
     EPISODES_FILE,
     EVAL_DIR,
     METRICS_FILE,
@@ -83,22 +84,39 @@ class Artifacts(RunPath):
         self.write_json(CONFIG_FILE, cfg.model_dump(mode="json"))
 
     def read_config(self) -> LabConfig:
+        """config.json, validated, as data: nothing it names is imported (a run folder someone shares is data; its
+        recorded plugins are code, imported only by `config_to_run`)."""
         # the config brings in the env registry and transformers: reading a run's other files needs neither
         from grpolab.config import LabConfig, as_recorded
 
         data = self.config_data()
         try:
-            return LabConfig.model_validate(as_recorded(data))  # imports the run's plugins first
-        except UserError:  # a recorded plugin that no longer imports says so itself
-            raise
+            return LabConfig.model_validate(as_recorded(data))
         except Exception as exc:
             first = str(exc).splitlines()[0]
             raise UserError(f"{self.config_path} is not a valid config ({first})", "fix or remove it")
 
-    def import_plugins(self) -> None:
-        """Import the plugins config.json records (a UserError names one that no longer imports), without
-        validating the rest: a report still renders a run whose config is malformed."""
-        import_recorded(self.config_data())
+    def config_to_run(self, notes: list[str] | None = None) -> LabConfig:
+        """config.json, validated, with the plugins it records imported: for the commands that run the run (resume,
+        eval, compare, chat, export-model, simulate --real), which the user asked to run. Each plugin it imports is
+        named in `notes`, as code of the run's that now runs here; one that no longer imports is a UserError."""
+        cfg = self.read_config()
+        new = [p for p in cfg.plugins if not is_imported(p)]
+        if new and notes is not None:
+            shown = ", ".join(new)
+            notes.append(f"running {self.path} imports the plugins it records (their code runs here): {shown}")
+        import_plugins(cfg.plugins)
+        return cfg
+
+    def write_env_facts(self, thought_required: bool, letters: dict[str, str]) -> None:
+        """What the run's views need of its environment, recorded so that they never build it: building an
+        environment named `module:Class`, or env data's tools and verifier, imports code (a run is data)."""
+        self.write_json(ENV_FILE, {"thought_required": thought_required, "letters": letters})
+
+    def env_facts(self) -> dict[str, Any]:
+        """env.json read defensively ({} when missing or unreadable: runs made before it existed)."""
+        facts = self.artifact(ENV_FILE)
+        return facts if isinstance(facts, dict) else {}
 
     def config_data(self) -> Any:
         """config.json as JSON, which must be there and readable (UserError otherwise); not validated."""

@@ -26,6 +26,19 @@ from grpolab.rundir.layout import CLAIM_FILE, LOCK_FILE, STOP_FILE
 LOCK_FD_ENV = "GRPOLAB_RUN_LOCK_FD"
 """A claimed run's lock handed to a child process (the web lab's jobs): the fd number it inherited."""
 
+SUPERVISOR_ENV = "GRPOLAB_SUPERVISOR_PID"
+"""The pid of the supervisor a `grpolab` command runs under (`grpolab.cli.supervise`), set in its child."""
+
+
+def holder_pid() -> int:
+    """The pid a claim names: the command's supervisor where this process is its child (the process a user sees
+    started, and whose SIGTERM reaches this one), else this process."""
+    supervisor = os.environ.get(SUPERVISOR_ENV, "")
+    if supervisor.isdigit() and int(supervisor) == os.getppid():
+        return int(supervisor)
+    return os.getpid()
+
+
 _HELD: dict[Path, int] = {}
 """Run directories this process holds (resolved path -> the fd holding the flock)."""
 
@@ -55,7 +68,7 @@ class Claim(RunPath):
                 f"wait for it to end, stop it (create {self.path / STOP_FILE}), or pick another --out",
             )
         _HELD[key] = fd
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        info = {"pid": holder_pid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         info["command"] = " ".join(["grpolab", *sys.argv[1:]])[:300]
         os.ftruncate(fd, 0)  # named in the lock file at once (no fsync), then durably in claim.json
         os.pwrite(fd, json.dumps(info).encode(), 0)

@@ -1,6 +1,7 @@
 """The names of a run directory's files (docs/design.md, "Run directory"): declared here, spelled nowhere else.
 
 runs/NAME/config.json           the resolved config
+runs/NAME/env.json              what a view needs of the environment without building it (thought_required, letters)
 runs/NAME/metrics.jsonl         one row per GRPO step (append-only)
 runs/NAME/episodes.jsonl        sampled trajectories with per-component rewards and reasons (append-only)
 runs/NAME/eval/LABEL.jsonl      held-out episodes of one evaluation (base, 0, step numbers)
@@ -21,6 +22,7 @@ runs/NAME/claim.json            who holds it (pid, host, since, command)
 from __future__ import annotations
 
 CONFIG_FILE = "config.json"
+ENV_FILE = "env.json"
 METRICS_FILE = "metrics.jsonl"
 EPISODES_FILE = "episodes.jsonl"
 EVAL_DIR = "eval"

@@ -15,12 +15,16 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import random
 import re
+import stat
 from pathlib import Path
 from types import ModuleType
 
 from grpolab.errors import UserError
+from grpolab.files.kinds import is_special, kind_text, os_reason
+from grpolab.files.outputs import output_folder
 
 TEMPLATE = Path(__file__).parent / "template"
 STATEFUL = Path(__file__).parent / "stateful"
@@ -167,16 +171,66 @@ def shop_tasks(data: dict[str, list[dict]], seed: int = 0, heldout_every: int = 
 
 
 def new_env(name: str, parent: Path, stateful: bool = False) -> Path:
-    """Write the environment folder `parent/name` (the stateful sqlite kind with `stateful`); a UserError where the
-    name is not a plain folder name or the folder exists and is not empty (nothing of the user's is overwritten)."""
+    """Write the environment folder `parent/name` (the stateful sqlite kind with `stateful`); a UserError, before
+    anything is written, where the name is not a plain folder name, `parent` is not an existing folder of the
+    user's (a missing one is never made: the error names the `mkdir -p`; none under /dev, /proc or /sys), or
+    `parent/name` is anything but a new name or an empty folder (nothing of the user's is overwritten)."""
     if not NAME.fullmatch(name):
         raise UserError(f"{name!r} is not a plain folder name", "use letters, digits, - and _ (e.g. my_env)")
     folder = parent / name
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+    _check_parent(parent, folder)
+    _check_folder(folder)
+    try:
+        folder.mkdir(exist_ok=True)
+        return _stateful_env(name, folder) if stateful else _data_env(name, folder)
+    except OSError as exc:  # checked above: what is left is the system's (permissions, a full disk)
+        raise UserError(f"cannot write {folder} ({os_reason(exc)})", "pass --into a folder you may write") from None
+
+
+def _check_parent(parent: Path, folder: Path) -> None:
+    """`--into`: an existing folder, not under /dev, /proc or /sys (its links resolved); `folder` is the one to
+    write in it."""
+    fix = "pass --into a folder of your own"
+    if is_special(os.path.abspath(parent)) or is_special(os.path.realpath(parent)):
+        raise UserError(f"cannot write into {parent} (no environment is made under /dev, /proc or /sys)", fix)
+    try:
+        info = os.stat(parent)
+    except FileNotFoundError:
+        if os.path.islink(parent):  # `mkdir -p` would not help: the link stays
+            raise UserError(
+                f"cannot write into {parent}: it is a symlink to {os.readlink(parent)}, which does not exist", fix
+            ) from None
+        output_folder(folder, "--into")  # the error outputs give: the missing folder and the `mkdir -p` to run
+        raise UserError(f"cannot write into {parent} (no such folder)", fix) from None
+    except (OSError, ValueError) as exc:  # ENOTDIR (a file on the way), ELOOP, ENAMETOOLONG, a NUL byte...
+        raise UserError(f"cannot write into {parent} ({os_reason(exc)})", fix) from None
+    if not stat.S_ISDIR(info.st_mode):
+        what = "a file" if stat.S_ISREG(info.st_mode) else kind_text(info.st_mode, os.path.realpath(parent))
+        raise UserError(f"cannot write into {parent}: it is {what}, not a folder", fix)
+
+
+def _check_folder(folder: Path) -> None:
+    """`--into`/NAME: a new name, or an empty folder (a link to one included); never a dangling link, a file."""
+    fix = "pick another name, or remove it first"
+    if os.path.islink(folder) and not os.path.exists(folder):
+        raise UserError(f"{folder} is a symlink to {os.readlink(folder)}, which does not exist", fix)
+    if is_special(os.path.realpath(folder)):
+        raise UserError(f"{folder} leads to {os.path.realpath(folder)} (none is made under /dev, /proc or /sys)", fix)
+    try:
+        info = os.stat(folder)
+        entries = os.listdir(folder) if stat.S_ISDIR(info.st_mode) else []
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:  # a folder it may not read, a link loop...
+        raise UserError(f"cannot write {folder} ({os_reason(exc)})", fix) from None
+    if not stat.S_ISDIR(info.st_mode):
+        what = "a file" if stat.S_ISREG(info.st_mode) else kind_text(info.st_mode, os.path.realpath(folder))
+        raise UserError(f"{folder} exists and is {what}, not a folder", fix)
+    if entries:
         raise UserError(f"{folder} exists and is not empty", "pick another name, or remove that folder first")
-    folder.mkdir(parents=True, exist_ok=True)
-    if stateful:
-        return _stateful_env(name, folder)
+
+
+def _data_env(name: str, folder: Path) -> Path:
     for template in ("tools.py", "rewards.py", "config.toml"):
         (folder / template).write_text((TEMPLATE / template).read_text())
     (folder / f"test_{name.replace('-', '_')}.py").write_text((TEMPLATE / "test_env.py").read_text())

@@ -168,6 +168,7 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
             gen_tokens,
             count_tokens=model_token_counter(cfg.model),
             thought_min_words=cfg.reward.thought_min_words,
+            timeout_s=cfg.reward.timeout_s,
         )
 
     def make(name: str) -> Any:

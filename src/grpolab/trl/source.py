@@ -74,8 +74,9 @@ class TrlSource:
                 m.update(lab_metrics(logs, cfg.reward.weights))
                 m[KL_BOUND] = cfg.grpo.kl_bound
                 episodes = rollout.last_episodes[: cfg.train.episodes_per_step_logged]
+                reward = cfg.reward
                 score_episodes(
-                    source.env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words
+                    source.env, episodes, reward.weights, reward.length_unit, reward.thought_min_words, reward.timeout_s
                 )
                 if on_step(StepResult(m, episodes)):
                     control.should_training_stop = True

@@ -36,6 +36,7 @@ def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: in
             cfg.reward.length_unit,
             count_tokens=count_tokens,
             thought_min_words=cfg.reward.thought_min_words,
+            timeout_s=cfg.reward.timeout_s,
         )
         rows.append({"task_id": task.id, **s.to_json()})
     return rows
@@ -107,7 +108,9 @@ def learnability(
     settings = sampling_settings(cfg)
     generator = torch.Generator(device="cpu").manual_seed(cfg.seed)
     episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, generator)
-    score_episodes(env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words)
+    score_episodes(
+        env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words, cfg.reward.timeout_s
+    )
     per_prompt = []
     for g, task in enumerate(tasks):
         group = episodes[g * group_size : (g + 1) * group_size]

@@ -2,7 +2,8 @@
 
 A module is named by its file (`tools.py`, made absolute from the config's folder by `grpolab.config`) or by its
 import name (`my_pkg.tools`, found on sys.path: the working directory under `python -m`, or PYTHONPATH). A file is
-loaded under a name of its own (`grpolab_user.<stem>`), so that a user's `json.py` never shadows the standard one.
+loaded under a name of its own (`grpolab.plugins.private_name`: `grpolab_user.<stem>`, as plugins are), so that a user's
+`json.py` never shadows the standard one.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from types import ModuleType
 from typing import Any
 
 from grpolab.errors import UserError
+from grpolab.plugins import private_name
 from grpolab.tools import Tool
-
-USER_PREFIX = "grpolab_user."
 
 
 def load_module(spec: str, what: str) -> ModuleType:
@@ -28,8 +28,8 @@ def load_module(spec: str, what: str) -> ModuleType:
         path = Path(spec)
         if not path.is_file():
             raise UserError(f"{what} {spec} not found", "check the path (relative ones start at the config's folder)")
-        name = USER_PREFIX + path.stem
-        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
+        name = private_name(path)
+        if name in sys.modules:  # this very file, imported before (as a plugin too)
             return sys.modules[name]
         module_spec = importlib.util.spec_from_file_location(name, path)
         if module_spec is None or module_spec.loader is None:

@@ -6,7 +6,9 @@
   when rounded to two decimals); numbers that restate the prompt or a call's arguments are not results, and more
   than one result is a hedge (as `grpolab.envs.numeric` rules for finance and arithmetic).
 - regex: the answer is a pattern found in the final answer; or, with `pattern` set, that pattern's match (its
-  first group, if it has one) equals the answer under exact's normalisation.
+  first group, if it has one) equals the answer under exact's normalisation. Patterns are compiled once by the
+  `regex` engine (Python's syntax) and matched with its timeout (`REGEX_TIMEOUT_S`): a backtracking pattern on
+  degenerate model text (`^(a+)+b$` on 30 repeated letters took 39 s with `re`) fails that answer, with the reason.
 - json: the final answer (whole, in a ```json fence, or from its first `{` or `[`) parses to the answer's value.
 - module:function: your `function(final_answer, task, evidence)` returns a Verdict, a bool, or a score in [0, 1]
   (1 passes). What it raises propagates, so that the reward records NaN rather than a silent 0.
@@ -20,7 +22,10 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+
+import regex as regex_engine
 
 from grpolab.envs.base import Evidence, Task, Verdict
 from grpolab.envs.data.modules import load_function
@@ -34,6 +39,26 @@ if TYPE_CHECKING:  # the config stands above the environments (it reads the rewa
 
 _SHOWN = 80
 """Characters of a final answer quoted in a verdict's reason."""
+REGEX_TIMEOUT_S = 1.0
+"""Seconds one match of a regex verifier's pattern may take on one final answer (model text is untrusted)."""
+
+
+@lru_cache(maxsize=1024)
+def compiled(pattern: str) -> regex_engine.Pattern:
+    """A verifier's pattern compiled once (the `regex` engine, Python's syntax); ValueError when it is not one."""
+    try:
+        return regex_engine.compile(pattern)
+    except (regex_engine.error, OverflowError, RecursionError) as exc:
+        raise ValueError(f"not a valid regular expression ({exc})") from None
+
+
+def bounded_search(pattern: regex_engine.Pattern, text: str) -> regex_engine.Match | None:
+    """`pattern.search(text)` within `REGEX_TIMEOUT_S` (TimeoutError past it)."""
+    return pattern.search(text, timeout=REGEX_TIMEOUT_S)
+
+
+def _timed_out(pattern: str) -> Verdict:
+    return Verdict(False, f"the pattern {_shown(pattern)} timed out after {REGEX_TIMEOUT_S:g} s on the final answer")
 
 
 @dataclass(frozen=True)
@@ -110,10 +135,13 @@ def numeric(settings: DataEnvConfig) -> AnswerCheck:
 
 def regex(settings: DataEnvConfig) -> AnswerCheck:
     if settings.pattern:
-        pattern = re.compile(settings.pattern)
+        pattern = compiled(settings.pattern)
 
         def verify_match(final: str, task: Task, evidence: Evidence) -> Verdict:
-            match = pattern.search(final)
+            try:
+                match = bounded_search(pattern, final)
+            except TimeoutError:
+                return _timed_out(settings.pattern)
             if match is None:
                 return Verdict(False, f"no match of {_shown(settings.pattern)} in the final answer")
             found = match.group(1) if pattern.groups else match.group(0)
@@ -125,14 +153,15 @@ def regex(settings: DataEnvConfig) -> AnswerCheck:
 
     def truth(answer: Any) -> str:
         text = _as_text(answer)
-        try:
-            re.compile(text)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression ({exc})") from None
+        compiled(text)  # ValueError: a row whose answer is not a pattern
         return text
 
     def verify(final: str, task: Task, evidence: Evidence) -> Verdict:
-        if re.search(task.truth, final):
+        try:
+            found = bounded_search(compiled(task.truth), final)
+        except TimeoutError:
+            return _timed_out(task.truth)
+        if found:
             return Verdict(True, f"matches {_shown(task.truth)}")
         return Verdict(False, f"no match of {_shown(task.truth)} in {_shown(final.strip())}")
 

@@ -5,7 +5,8 @@
 and the folder is removed once the episode is scored. The verifier compares the episode's final database with the
 one the task's reference calls leave on a fresh copy, so a task needs no hand-written check; the answer must also
 name the task's order, and one that only asks for information (`expect` in its row) must say the right status.
-`actions` (A) is partial credit: the share of the reference's writing calls the episode made.
+`actions` (A) is partial credit: the share of the reference's writing calls the episode made, their arguments
+compared as the tools read them (`as_carried_out`: an order id's spaces do not matter, as they do not to the tools).
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ HERE = Path(__file__).parent
 STATUSES = ("pending", "shipped", "delivered", "cancelled")
 WRITES = ("cancel_order", "change_address")
 Reason = Literal["no longer needed", "ordered by mistake"]
+
+
+def order_key(order_id: str) -> str:
+    """An order id as the tools look it up (the model's may carry spaces)."""
+    return order_id.strip()
+
+
+def stored_address(address: str) -> str:
+    """An address as `change_address` stores it."""
+    return address.strip()[:200]
 
 
 class Database:
@@ -71,7 +82,7 @@ def shop_tools(db: Database) -> list:
         Args:
             order_id: The order's id, e.g. "#1004".
         """
-        rows = db.query("SELECT * FROM orders WHERE order_id = ?", order_id.strip())
+        rows = db.query("SELECT * FROM orders WHERE order_id = ?", order_key(order_id))
         return rows[0] if rows else {"error": f"no order {order_id[:20]!r}"}
 
     def pending_order(order_id: str) -> dict:
@@ -106,7 +117,7 @@ def shop_tools(db: Database) -> list:
         if "error" in order:
             return order
         oid = order["order_id"]
-        db.change("UPDATE orders SET address = ? WHERE order_id = ?", address.strip()[:200], oid)
+        db.change("UPDATE orders SET address = ? WHERE order_id = ?", stored_address(address), oid)
         return get_order(oid)
 
     return [find_customer, get_order, cancel_order, change_address]
@@ -183,10 +194,24 @@ def orders_of(task: Task) -> list[str]:
     return sorted({str(a["order_id"]) for _, a in task.reference_calls if "order_id" in a})
 
 
+def as_carried_out(name: str, arguments: Any) -> tuple[str, Any]:
+    """A call with the arguments the tools act on (`order_key`, `stored_address`): `" #1001"` cancels #1001."""
+    if not isinstance(arguments, dict):
+        return name, arguments
+    done = dict(arguments)
+    if isinstance(done.get("order_id"), str):
+        done["order_id"] = order_key(done["order_id"])
+    if name == "change_address" and isinstance(done.get("address"), str):
+        done["address"] = stored_address(done["address"])
+    return name, done
+
+
 def write_share(replay: Any, task: Task, env: Any, ctx: Any) -> tuple[float, str]:
-    """The share of the reference's writing calls (cancel, change address) the episode made with its arguments."""
-    wanted = [(n, a) for n, a in task.reference_calls if n in WRITES]
+    """The share of the reference's writing calls (cancel, change address) the episode made with its arguments,
+    both compared as the tools carry them out (`as_carried_out`)."""
+    wanted = [as_carried_out(n, a) for n, a in task.reference_calls if n in WRITES]
     if not wanted:
         return 0.0, "the task writes nothing"
-    made = [c for c in wanted if c in replay.evidence.calls]
+    calls = [as_carried_out(n, a) for n, a in replay.evidence.calls]
+    made = [c for c in wanted if c in calls]
     return len(made) / len(wanted), f"{len(made)}/{len(wanted)} reference writes made"

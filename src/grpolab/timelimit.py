@@ -1,0 +1,150 @@
+"""Running user code (a verifier, a reward function, a tool) under a wall-clock time limit in this process.
+
+A thread cannot be killed, but an exception can be raised into it (`PyThreadState_SetAsyncExc`): pure-Python work
+stops at its next instruction. A C call stops only once it returns, and one that holds the GIL (a backtracking
+`re` match, a huge integer power) keeps even the waiting caller from seeing its deadline until then: regexes on
+model text are matched with the `regex` engine's own timeout instead (`grpolab.envs.data.verifiers`), and tools
+that may block run in a child process (`grpolab.tools`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+MAX_STUCK_CALLS = 4
+"""Timed-out calls of one piece of code that may still run in this process (a C call cannot be stopped: each one
+left alive is a thread); past it, that code is not called again until one ends (`StillRunning`)."""
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside a call that ran past its time limit; a BaseException, so that the call's own
+    `except Exception` does not swallow it."""
+
+
+class TimedOut(Exception):
+    """What the caller gets when a call ran past its time limit (the call is stopped, see `ThreadCall`)."""
+
+    def __init__(self, what: str, timeout_s: float):
+        super().__init__(f"{what} timed out after {timeout_s:g} s")
+        self.what, self.timeout_s = what, timeout_s
+
+
+class StillRunning(Exception):
+    """What the caller gets instead of a new thread while `MAX_STUCK_CALLS` earlier calls of the same code that
+    timed out still run."""
+
+    def __init__(self, what: str, stuck: int):
+        super().__init__(
+            f"{stuck} earlier calls of {what} timed out and are still running in this process; {what} is not called"
+            " again until they end"
+        )
+
+
+_raise_in_thread = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+"""PyThreadState_SetAsyncExc with its own prototype. Never called with NULL: on 3.11 that leaves the interpreter's
+'async exception pending' flag set with nothing to raise, and every thread takes the slow path from then on."""
+
+
+class ThreadCall:
+    """One call on its own thread, which `stop` ends at its next Python instruction.
+
+    `done` under `lock` makes sure the exception is never raised once the call is over, and a Python call before
+    the thread leaves its `try` (`_checkpoint`: CPython raises a pending exception on entering a function) makes
+    sure one raised late is caught there. `value` and `error` hold what the call returned or raised."""
+
+    def __init__(self, fn: Callable[[], Any], name: str = "call"):
+        self.fn = fn
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.done = self.stopped = False
+        self.thread = threading.Thread(target=self._run, name=f"grpolab-{name.replace(' ', '-')}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            try:
+                self.value = self.fn()
+            except TimeLimitExceeded:
+                pass
+            except BaseException as exc:  # the call's own failure (SystemExit too) goes back to the caller
+                self.error = exc
+            finally:
+                with self.lock:
+                    self.done = True
+                if self.stopped:
+                    _checkpoint()
+        except TimeLimitExceeded:  # raised after the call ended
+            pass
+
+    def stop(self) -> None:
+        with self.lock:
+            if not self.done and self.thread.ident is not None:
+                self.stopped = _raise_in_thread(self.thread.ident, TimeLimitExceeded) == 1
+
+    def wait(self, timeout_s: float) -> bool:
+        """Start the call and wait for it; False (and the call stopped) when it ran past `timeout_s`."""
+        self.thread.start()
+        self.thread.join(timeout_s)
+        if self.thread.is_alive():
+            self.stop()
+            return False
+        return True
+
+
+def _checkpoint() -> None:
+    """Nothing: calling it lets CPython raise an exception pending for this thread."""
+
+
+_stuck: dict[Hashable, list[ThreadCall]] = {}
+"""Calls that timed out, by the code they run (a tool's module and name, a reward component): a stateful episode's
+tools are new functions each episode, but the same code, and a hang in one hangs them all."""
+_stuck_lock = threading.Lock()
+
+
+def _still_stuck(key: Hashable) -> int:
+    """How many timed-out calls under `key` still run (those that ended are forgotten here)."""
+    with _stuck_lock:
+        alive = [call for call in _stuck.get(key, []) if call.thread.is_alive()]
+        if alive:
+            _stuck[key] = alive
+        else:
+            _stuck.pop(key, None)
+        return len(alive)
+
+
+def run_bounded(
+    fn: Callable[[], Any], timeout_s: float, what: str, key: Hashable, label: str = ""
+) -> ThreadCall | None:
+    """`fn()` on a thread of its own, waited for up to `timeout_s`: the finished call (its `value` or `error`), or
+    None when it ran past its time (it is stopped, and counted under `key` while it still runs). `StillRunning`
+    while `MAX_STUCK_CALLS` calls under `key` are still running, with no thread started. The thread is called
+    `grpolab-LABEL` (default: `what`)."""
+    stuck = _still_stuck(key)
+    if stuck >= MAX_STUCK_CALLS:
+        raise StillRunning(what, stuck)
+    call = ThreadCall(fn, label or what)
+    if call.wait(timeout_s):
+        return call
+    with _stuck_lock:
+        _stuck.setdefault(key, []).append(call)
+    return None
+
+
+def call_with_time_limit(fn: Callable[[], Any], timeout_s: float, what: str, key: Hashable = None) -> Any:
+    """`fn()` on a thread of its own (`run_bounded`, counted under `key`, default `what`): its value, or the
+    exception it raised (re-raised here; a SystemExit becomes a RuntimeError, so user code never ends the process
+    this way), or `TimedOut` naming `what` when it ran past `timeout_s` (it is then stopped at its next Python
+    instruction), or `StillRunning`."""
+    call = run_bounded(fn, timeout_s, what, what if key is None else key)
+    if call is None:
+        raise TimedOut(what, timeout_s)
+    if isinstance(call.error, Exception):
+        raise call.error
+    if call.error is not None:
+        raise RuntimeError(f"{type(call.error).__name__}({call.error})") from None
+    return call.value
