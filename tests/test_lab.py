@@ -477,6 +477,11 @@ def _kill_jobs(root: Path) -> None:
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+    # the job's supervisor is reaped above; the command it ran (its child, killed with the group) lets go of the
+    # run's lock once the kernel has closed its files, a moment later
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and jobs.active(root):
+        time.sleep(0.1)
 
 
 def test_one_job_per_run_dir_and_a_cap_on_running_jobs(tmp_path):

@@ -244,6 +244,7 @@ MAPPED: dict[str, str] = {
     "trl": "GRPOConfig, as written (over the mapped arguments)",
     "reward.length_unit": "the length reward function (the lab's scorer)",
     "reward.thought_min_words": "the format reward function (the lab's scorer)",
+    "reward.timeout_s": "every reward function's time limit per episode (the lab's scorer)",
     "rollout.group_size": "num_generations",
     "rollout.max_new_tokens": "max_completion_length and the lab rollout's token budget",
     "rollout.max_turns": "the lab rollout (`rollout_func`)",
