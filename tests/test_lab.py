@@ -194,7 +194,7 @@ def _serve(root: Path, *args: str):
 
 
 def _set_number(page, elem_id: str, value: str) -> None:
-    box = page.locator(f"#{elem_id} input")
+    box = page.locator(f"#{elem_id} input[type=number]")  # a number box, or a slider's
     box.fill(value)
     box.press("Enter")
     box.blur()
@@ -679,7 +679,7 @@ def test_the_lab_over_a_user_config_has_a_slider_for_its_component_in_chromium(t
             browser, page, errors = _chromium_page(p)
             page.goto(url)
             page.locator("#sim-cards .lab-card").first.wait_for(timeout=60_000)
-            assert page.locator("#w-names_unit input").input_value() == "0.5"
+            assert page.locator("#w-names_unit input[type=number]").input_value() == "0.5"
             script = _downloaded_script(page, tmp_path, "reward_weights=[1.0, 1.5, 3.0, -0.05, 0.5]")
             assert "names_unit" in script and str(folder / "tasks.jsonl") in script  # the data env's own tasks
             _set_number(page, "w-names_unit", "2")
@@ -744,3 +744,20 @@ def test_the_lab_prints_the_runs_folder_and_host_literally(cli, monkeypatch, tmp
     runs = tmp_path / "[/x] [bold]runs :o:"
     code, _, err = cli("lab", "--runs", str(runs), "--host", "0.0.0.0", "--port", str(_free_port()))
     assert code == 0 and str(runs) in " ".join(err.split()), err  # the no-login warning names the folder
+
+
+def test_one_card_per_alarm_with_its_first_and_last_step_and_its_reasons_there():
+    fired = [(step, "drift:class/dropped_thought", f"dropped_thought 3% -> {step * 4}%") for step in range(8, 21)]
+    fired += [(12, "probe:class/empty_thought", "empty_thought in 0% -> 100% of greedy episodes")]
+    cards = views.alarm_cards(fired)
+    assert cards.count("lab-alarm") == 2  # the demo printed 13 cards for one alarm
+    assert "steps 8-20 (13 steps)" in cards and "3% -&gt; 32%" in cards and "3% -&gt; 80%" in cards
+    assert "3% -&gt; 40%" not in cards  # the steps between are counted, not listed
+    assert "probe:class/empty_thought</b>, step 12<" in cards
+
+
+def test_the_episode_reward_card_lists_components_only():
+    # a simulated iteration carries percentile bands beside each curve: they are not components
+    last = {"reward/mean": 2.0, "reward/format": 1.0, "reward/format/p10": 0.5, "reward/schema/p90": 1.4}
+    card = views.stat_cards(last, 0.5, 0.12, "sim")
+    assert "F:" in card and "C:" in card and "p10" not in card and "p90" not in card

@@ -322,11 +322,12 @@ def reward_key(name: str) -> str:
 
 
 def logged_components(rows: Iterable[dict[str, Any]]) -> list[str]:
-    """The reward components metric rows carry (`reward/NAME`; mean and std are not components), in order of first
-    appearance: a user's components are named as the built-ins are."""
+    """The reward components metric rows carry (`reward/NAME`; mean, std and the simulator's bands `reward/NAME/p10`
+    are not components), in order of first appearance: a user's components are named as the built-ins are."""
     prefix = reward_key("")
     keys = (k for r in rows for k in r if k.startswith(prefix) and k not in (REWARD_MEAN, REWARD_STD))
-    return list(dict.fromkeys(k.removeprefix(prefix) for k in keys))
+    # a component's name is an identifier: `reward/format/p10` is a simulated curve's band, not a component
+    return list(dict.fromkeys(name for k in keys if (name := k.removeprefix(prefix)).isidentifier()))
 
 
 def heldout_of_kind(metric: str, kind: str) -> str:

@@ -51,6 +51,9 @@ class Control:
     """Help for a control that is not a config field (config fields bring their docstring)."""
     value: Any = None
     """A fixed starting value (a weight's, read from the base config's rubric); None: read from the config."""
+    span: tuple[float, float] | None = None
+    """A slider's range where it is narrower than its bound (a weight may be ±100; its slider spans ±10, or as far
+    as its starting value), so that a drag moves it in useful steps; its number box takes any value in range."""
 
     @property
     def bound(self) -> Bound | None:
@@ -139,13 +142,25 @@ def rubric_for(cfg: LabConfig) -> Rubric:
     return rubric_of(env_of(env_key(cfg)))
 
 
+WEIGHT_SPAN = 10.0
+"""A weight slider spans ±this (further where the config's weight lies beyond it)."""
+
+
 def weight_controls(base: LabConfig) -> tuple[Control, ...]:
     """One weight control per component of the base config's environment, starting at the weight it scores with
     (a component the config does not weight starts at its default weight)."""
     rubric = rubric_for(base)
     weights = rubric.resolve(dict(base.reward.weights))
     return tuple(
-        Control(WEIGHT + n, f"weight {rubric.letter(n)} ({n})", help=c.description, value=weights.get(n, 0.0))
+        Control(
+            WEIGHT + n,
+            f"weight {rubric.letter(n)} ({n})",
+            "slider",
+            step=0.05,
+            help=c.description,
+            value=weights.get(n, 0.0),
+            span=(min(-WEIGHT_SPAN, weights.get(n, 0.0)), max(WEIGHT_SPAN, weights.get(n, 0.0))),
+        )
         for n, c in rubric.components.items()
     )
 
@@ -204,12 +219,13 @@ def render(controls: Iterable[Control], demo: LabConfig, choices: Mapping[str, l
         elif c.kind == "slider":
             bound = c.bound
             assert bound is not None, c.name  # every slider has a bound in lab.limits.BOUNDS
-            out[c.name] = gr.Slider(bound.low, bound.high, value=value, step=c.step, label=c.label, info=info)
-        else:
-            # the weights' ids are what the browser test types into
+            low, high = c.span or (bound.low, bound.high)
+            # the weights' ids are what the browser test types into (the slider's number box)
             elem_id = f"w-{c.name.removeprefix(WEIGHT)}" if c.name.startswith(WEIGHT) else None
+            out[c.name] = gr.Slider(low, high, value=value, step=c.step, label=c.label, info=info, elem_id=elem_id)
+        else:
             precision = 0 if c.cast is int else None  # whole steps
-            out[c.name] = gr.Number(value, label=c.label, info=info, precision=precision, elem_id=elem_id)
+            out[c.name] = gr.Number(value, label=c.label, info=info, precision=precision)
     return out
 
 

@@ -214,9 +214,27 @@ def run_summary(view: RunSnapshot) -> str:
         table = f"<table class='lab-table'><tr><th>held-out</th>{head}</tr>{body}</table>"
     else:
         table = message("No held-out evaluation yet.")
-    alarms = [f"step {step}: {name}: {why}" for step, name, why in view.alarms()]
-    alarm_html = "".join(message(a, "error") for a in alarms)
-    return f"<p>{status}</p>{problems}{alarm_html}{table}"
+    return f"<p>{status}</p>{problems}{alarm_cards(view.alarms())}{table}"
+
+
+def alarm_cards(alarms: list[tuple[int, str, str]]) -> str:
+    """One card per alarm, not one per step it fired at: its first and last step, how many steps it fired at, and
+    its reason at the first and at the last (the trend: `16% -> 40%` then `16% -> 91%`)."""
+    by_name: dict[str, list[tuple[int, str]]] = {}
+    for step, name, why in alarms:
+        by_name.setdefault(name, []).append((step, why))
+    cards = []
+    for name, fired in by_name.items():
+        fired.sort()
+        (first, first_why), (last, last_why) = fired[0], fired[-1]
+        steps = f"step {first}" if first == last else f"steps {first}-{last} ({len(fired)} steps)"
+        trend = f"<div><b>at step {first}:</b> {html.escape(first_why)}</div>" + (
+            f"<div><b>at step {last}:</b> {html.escape(last_why)}</div>" if last != first else ""
+        )
+        cards.append(
+            f"<div class='lab-msg lab-error lab-alarm'><div><b>{html.escape(name)}</b>, {steps}</div>{trend}</div>"
+        )
+    return "".join(cards)
 
 
 def what_changed(view: RunSnapshot) -> str:
