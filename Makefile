@@ -27,7 +27,7 @@ test: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(PY) benchmarks/readme_table.py --check
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup --durations=15
 
 bench: setup
 	$(PY) benchmarks/step_cost.py --sft-steps 10

@@ -24,6 +24,10 @@ from grpolab.protocol import code_blocks
 from grpolab.rewards.score import score_transcript
 from grpolab.trust.probes import run_probes
 
+pytestmark = pytest.mark.xdist_group("sandbox")
+"""Tests here count every sandbox process on the machine (none may outlive its run): under `pytest -n`, they run on
+one worker (`--dist loadgroup`), so no other test's sandbox is running beside them."""
+
 ADD_TESTS = [
     ("assert candidate(1, 2) == 3", True),
     ("assert candidate(2, 2) == 4", True),

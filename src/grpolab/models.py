@@ -21,6 +21,7 @@ from platformdirs import user_cache_dir
 
 from grpolab.errors import UserError
 from grpolab.files.atomic import atomic_write_dir
+from grpolab.files.locks import locked
 
 if TYPE_CHECKING:
     from grpolab.config import LoraConfig
@@ -93,11 +94,23 @@ def _embedded_tokenizer() -> Any:
     from transformers import AutoTokenizer  # heavy: only when a model or tokenizer loads
 
     tok_dir = cache_dir() / "smollm2-tokenizer"
-    if not (tok_dir / "tokenizer_config.json").is_file():
+
+    def fill(tmp: Path) -> None:
         gguf = embedded_gguf()
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        atomic_write_dir(tok_dir, tok.save_pretrained)
+        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
+
+    cached(tok_dir, "tokenizer_config.json", fill)
     return left_padded(AutoTokenizer.from_pretrained(str(tok_dir)))
+
+
+def cached(target: Path, marker: str, fill: Callable[[Path], Any]) -> None:
+    """Make the cache folder `target` (complete when it holds `marker`) with `fill(tmp_dir)`, once: processes that
+    start together (two trainers, a test suite's workers) take turns under a lock, and the later ones find it made."""
+    if (target / marker).is_file():
+        return
+    with locked(target.parent / f".{target.name}.lock"):
+        if not (target / marker).is_file():
+            atomic_write_dir(target, fill)
 
 
 LORA_FIELDS = {"r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout", "target_modules": "target_modules"}
@@ -127,13 +140,16 @@ def _load_embedded(dtype: torch.dtype) -> Any:
     from transformers import AutoModelForCausalLM  # heavy: only when a model or tokenizer loads
 
     target = _embedded_dir()
-    if not (target / "model.safetensors").is_file():
+
+    def fill(tmp: Path) -> None:
         gguf = embedded_gguf()
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         model.hf_quantizer = None  # the weights are dequantised already; save them as plain fp32
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        atomic_write_dir(target, model.save_pretrained)
+        model.save_pretrained(tmp)
+
+    cached(target, "model.safetensors", fill)
     return AutoModelForCausalLM.from_pretrained(str(target), dtype=dtype)
 
 
