@@ -198,6 +198,23 @@ def _learning(lr: dict, what: str = "learning on finance") -> list[str]:
     return rows
 
 
+def _seeding_precision(sp: dict) -> str:
+    """fp32 against bf16 seeding, seed by seed: `seed 2: 45% / 40%`, and the means over the seeds both have."""
+    by_seed: dict[int, dict[str, float]] = {}
+    for r in sp["rows"]:
+        by_seed.setdefault(r["seed"], {})[r["precision"]] = r["success"]
+    paired = {seed: v for seed, v in by_seed.items() if {"fp32", "bf16"} <= v.keys()}
+    cells = ", ".join(f"seed {seed}: {pct(v['fp32'])} / {pct(v['bf16'])}" for seed, v in sorted(paired.items()))
+    if paired:
+        gap = sum(v["bf16"] - v["fp32"] for v in paired.values()) / len(paired)
+        cells += f"; mean bf16 - fp32 {100 * gap:+.1f} points over {len(paired)} seeds"
+    if not sp.get("complete", True):
+        cells += " (the sweep stopped early: these rows are what it measured)"
+    steps = sp["rows"][0]["sft_steps"] if sp["rows"] else "?"
+    title = f"held-out success after {steps} SFT seeding steps, fp32 / bf16 autocast ({sp['heldout_tasks']} tasks)"
+    return f"| {title} | {cells} | `{sp['command']}` | {sp['date']} |"
+
+
 def _seeding(sd: dict) -> str:
     cells = ", ".join(
         f"{r['sft_steps']}: {pct(r['tool_call_prob'])} / {pct(r['success'])}"
@@ -328,6 +345,9 @@ def rows() -> list[str]:
     sd = load("seeding")
     if sd:
         out.append(_seeding(sd))
+    sp = load("seeding_precision")
+    if sp:
+        out.append(_seeding_precision(sp))
     for name, what in LEARNING.items():
         lr = load(name)
         if lr and "arms" in lr:
@@ -379,6 +399,14 @@ def rows() -> list[str]:
             f"| hack detection: recall / false alarms / median lead (steps) per detector | {_hack_detection(h)} | "
             f"`{h['command']}` | {h['date']} |"
         )
+    sc = load("score_cost")
+    if sc:
+        fig = (
+            f"{sc['ms_per_transcript_time_limit']:.2f} ms per transcript with every component under its time limit, "
+            f"{sc['ms_per_transcript_direct']:.2f} ms called directly ({sc['ratio']:.2f}x; {sc['transcripts']} "
+            f"finance reference transcripts, {sc['components']} components, calls replayed)"
+        )
+        out.append(f"| scoring's time limit | {fig} | `{sc['command']}` | {sc['date']} |")
     r = load("sim_speed")
     if r:
         fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date", "machine")})

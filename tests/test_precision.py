@@ -66,7 +66,16 @@ def tiny():
     return cfg, model, tok
 
 
+def test_auto_keeps_fp32_on_a_cpu_with_native_bf16_and_says_why():
+    def probe():
+        raise AssertionError("nothing is timed: bf16 learned less than fp32 in seeding on CPUs")
+
+    choice = choose_precision("auto", probe, flags={"avx512_bf16", "amx_bf16"})
+    assert choice.chosen == "fp32" and "learned less than fp32" in choice.why and "seeding_precision" in choice.why
+
+
 def test_bf16_is_chosen_only_when_faster_and_accurate(tiny, monkeypatch):
+    monkeypatch.setattr(precision, "CPU_BF16_LEARNS_AS_FP32", True)  # the checks that decide where it is allowed
     cfg, model, tok = tiny
     env = env_for(cfg)
     ids = tok("The capital of France is Paris, and 12 * 7 = 84.").input_ids
