@@ -180,3 +180,21 @@ def test_a_supervised_command_keeps_its_own_exit_code_and_error(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.startswith("error: unknown env 'no_such_env'") and "abruptly" not in done.stderr
+
+
+def test_a_command_started_by_another_keeps_its_scratch_folder_beside_its_starters(tmp_path):
+    # a lab's training job outlives the lab, whose supervisor removes its own scratch folder when it ends
+    base, inherited = tmp_path / "base", tmp_path / "starters-scratch"
+    base.mkdir()
+    inherited.mkdir()
+    record = tmp_path / "where.txt"
+    plugin = tmp_path / "where.py"
+    plugin.write_text(f"import tempfile\nopen({str(record)!r}, 'w').write(tempfile.gettempdir())\n")
+    env = {**os.environ, "GRPOLAB_SCRATCH_BASE": str(base), "TMPDIR": str(inherited)}
+    done = subprocess.run(
+        [sys.executable, "-m", "grpolab.cli", "config", "--plugin", str(plugin)], env=env, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    scratch = Path(record.read_text())
+    assert scratch.parent == base and scratch.name.startswith("grpolab-run-")
+    assert not scratch.exists()  # removed when the command ended

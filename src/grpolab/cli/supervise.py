@@ -27,6 +27,11 @@ from typing import NoReturn
 
 from grpolab.rundir.claim import SUPERVISOR_ENV
 
+SCRATCH_BASE_ENV = "GRPOLAB_SCRATCH_BASE"
+"""Where supervisors make their scratch folders: the temp dir of the first `grpolab` in a tree of them. A command
+started by another one (a lab's training job, which outlives the lab) makes its own beside its starter's, never
+inside it: the starter removes its own when it ends."""
+
 FIX = (
     "something the command ran (a tool, a verifier, a reward or a plugin) ended the process: run it by hand "
     "(grpolab tools run / reward score) to find which, and let it return or raise instead"
@@ -38,7 +43,10 @@ def run_supervised(main: Callable[[list[str] | None], None], argv: list[str] | N
     if not hasattr(os, "fork"):
         main(argv)
         sys.exit(0)
-    scratch = tempfile.mkdtemp(prefix="grpolab-run-")
+    base = os.environ.get(SCRATCH_BASE_ENV, "")
+    if not os.path.isdir(base):
+        base = tempfile.gettempdir()
+    scratch = tempfile.mkdtemp(prefix="grpolab-run-", dir=base)
     os.chmod(scratch, 0o711)  # walled code (the code sandbox's worker, another uid) reaches its own box inside it
     read_end, write_end = os.pipe()
     supervisor = os.getpid()
@@ -48,6 +56,7 @@ def run_supervised(main: Callable[[list[str] | None], None], argv: list[str] | N
     if pid == 0:
         os.close(read_end)
         os.environ[SUPERVISOR_ENV] = str(supervisor)  # a run's claim names the process the user started
+        os.environ[SCRATCH_BASE_ENV] = base
         _child(main, argv, write_end, scratch)
     os.close(write_end)
     status = _wait(pid)
