@@ -12,7 +12,7 @@ a config file or `--plugin` the user names; a run's recorded plugins are importe
 the run (`train --resume`, `eval`, `compare`, `chat`, `export-model`, `simulate --real`: `RunDir.config_to_run`,
 which says so), never by one that reads it (the lab's views, `report`): a run folder someone shares is data.
 
-A plugin file is imported under a private name (`grpolab_user.<stem>`, `files_module`), so a user's `datasets.py`
+A plugin file is imported under a private name (`grpolab_user.<stem>`, `private_name`), so a user's `datasets.py`
 never takes the place of the `datasets` package in `sys.modules`.
 """
 

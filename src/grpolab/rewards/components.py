@@ -43,9 +43,9 @@ def thought_words(text: str) -> int:
 
 
 DEFAULT_LENGTH_UNIT = 100
+"""Generated tokens per unit of the length component (the default of `reward.length_unit`)."""
 SCORE_TIMEOUT_S = 5.0
 """Default of `reward.timeout_s`: seconds one reward component (a verifier, a user's reward) may take per episode."""
-"""Generated tokens per unit of the length component (the default of `reward.length_unit`)."""
 MAX_REPLAYED_CALLS = 16
 """Calls that scoring runs again per transcript (`rewards/replay.py`): each may cost up to its tool's timeout, and
 scoring has no timeout of its own. `rollout.max_turns` may not exceed it, so no rollout is ever cut short."""
