@@ -761,12 +761,3 @@ def test_the_episode_reward_card_lists_components_only():
     last = {"reward/mean": 2.0, "reward/format": 1.0, "reward/format/p10": 0.5, "reward/schema/p90": 1.4}
     card = views.stat_cards(last, 0.5, 0.12, "sim")
     assert "F:" in card and "C:" in card and "p10" not in card and "p90" not in card
-
-
-def test_a_runs_card_shows_its_own_components_letters_without_importing_its_plugin(tmp_path):
-    # the run's plugin registered `courtesy_card_q` with the letter Q; the lab reads the run as data, so it learns
-    # the letter from env.json, not from the plugin (registered in no process)
-    (tmp_path / "env.json").write_text(json.dumps({"thought_required": True, "letters": {"courtesy_card_q": "Q"}}))
-    metrics = [{"step": 1, "reward/courtesy_card_q": 0.5}]
-    card = views.run_cards(views.RunSnapshot(tmp_path, config={"train": {"steps": 2}}, metrics=metrics))
-    assert "Q:0.5" in card.replace("+", "") and "courtesy_card_q:" not in card

@@ -79,19 +79,12 @@ def _card(title: str, value: str, detail: str, state: str = "") -> str:
 
 
 def stat_cards(
-    last: dict[str, Any],
-    base_prior: float | None,
-    kl_bound: float,
-    source: str,
-    prior_name: str = "base prior",
-    letters: dict[str, str] | None = None,
+    last: dict[str, Any], base_prior: float | None, kl_bound: float, source: str, prior_name: str = "base prior"
 ) -> str:
     """Episode reward with breakdown; tool_call_prob against the prior (the base model's, or where a simulation
-    starts); kl against its bound; loss, advantage. `letters` are a run's own (env.json: its plugins' components
-    are not imported to read them); otherwise this process's rubric's, else a component's name."""
+    starts); kl against its bound; loss, advantage."""
     names = list(dict.fromkeys([*DEFAULT_RUBRIC.standard_names(), *logged_components([last])]))  # a user's too
-    short = {**DEFAULT_RUBRIC.letters(), **(letters or {})}
-    parts = " | ".join(f"{short.get(n, n)}:{num(last.get(reward_key(n)))}" for n in names)
+    parts = " | ".join(f"{DEFAULT_RUBRIC.letter(n)}:{num(last.get(reward_key(n)))}" for n in names)
     kl = last.get(KL)
     stable = drawable(kl) and kl <= kl_bound
     prior = f"{prior_name} {base_prior:.0%}" if drawable(base_prior) else f"{prior_name} unknown"
@@ -157,9 +150,7 @@ def run_cards(view: RunSnapshot) -> str:
     bound = last.get(KL_BOUND, section(view.config, "grpo").get(KL_BOUND))  # the config field the metric copies
     bound = bound if drawable(bound) else 0.12
     total = section(view.config, "train").get("steps", "?")
-    recorded = RunDir(view.path).env_facts().get("letters")
-    letters = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else None
-    return stat_cards(last, prior, bound, f"{view.path.name}: step {last['step']} of {total}", letters=letters)
+    return stat_cards(last, prior, bound, f"{view.path.name}: step {last['step']} of {total}")
 
 
 # ---- rollouts, preflight, run summary ------------------------------------------------------------------------------
