@@ -210,6 +210,36 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def policy_step(
+    theta: np.ndarray,
+    pi_old: np.ndarray,
+    weight: np.ndarray,
+    log_p0: np.ndarray,
+    lr: float,
+    beta: float,
+    epsilon: float,
+    mu: int,
+) -> np.ndarray:
+    """One GRPO iteration on (R, K) class logits: `mu` epochs of the clipped surrogate whose (R, K) `weight` is each
+    class's summed advantage over the batch, with the KL(pi || pi_0) penalty taken as a proximal step. A class at
+    probability 0 (logit -inf) stays there."""
+    shrink = lr * beta
+    for epoch in range(mu):
+        if epoch == 0:  # ratio = 1 on the first epoch: nothing is clipped yet
+            pi, coef = pi_old, weight
+        else:
+            pi = _softmax(theta)
+            ratio = np.divide(pi, pi_old, out=np.ones_like(pi), where=pi_old > 0)
+            # the clipped surrogate's gradient vanishes where the clip binds in the advantage's direction
+            active = ~(((weight > 0) & (ratio > 1 + epsilon)) | ((weight < 0) & (ratio < 1 - epsilon)))
+            coef = weight * ratio * active  # d ratio / d theta = ratio * d log pi
+        grad = coef - coef.sum(-1, keepdims=True) * pi
+        # mirror-descent step with the KL(pi || pi_0) penalty taken in closed form (proximal), which stays
+        # stable for any beta: pi_new ~ ((pi * exp(lr * grad)) * pi_0 ** (lr * beta)) ** (1 / (1 + lr * beta))
+        theta = (theta + lr * grad + shrink * log_p0) / (1 + shrink)
+    return theta
+
+
 def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimSettings) -> dict[str, Any]:
     """Run `s.runs` seeded GRPO runs on the class policy; per-step means and a 10-90% band."""
     cfg = s.cfg
@@ -232,7 +262,6 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
     history[0] = _softmax(theta)
     G, P, beta, epsilon = cfg.rollout.group_size, cfg.train.prompts_per_step, cfg.grpo.beta, cfg.grpo.epsilon
     uniforms = rng.random((s.steps, R, P, G))  # drawn at once: per-call overhead dominates at this size
-    shrink = s.lr * beta
     reward_sq = reward**2
     for t in range(1, s.steps + 1):
         pi_old = history[t - 1]  # (R, K)
@@ -251,19 +280,7 @@ def simulate(profiles: dict[str, ClassProfile], prior: dict[str, float], s: SimS
             adv = adv / (np.sqrt(np.maximum(var, 0.0))[:, None, None] + 1e-4)
         weight = (counts * adv).sum(1) / (P * G)  # (R, K): the group's advantages summed by class
         adv_abs[t] = (counts * np.abs(adv)).sum((1, 2)) / (P * G)
-        for epoch in range(cfg.grpo.mu):
-            if epoch == 0:  # ratio = 1 on the first epoch: nothing is clipped yet
-                pi, coef = pi_old, weight
-            else:
-                pi = _softmax(theta)
-                ratio = pi / pi_old
-                # the clipped surrogate's gradient vanishes where the clip binds in the advantage's direction
-                active = ~(((weight > 0) & (ratio > 1 + epsilon)) | ((weight < 0) & (ratio < 1 - epsilon)))
-                coef = weight * ratio * active  # d ratio / d theta = ratio * d log pi
-            grad = coef - coef.sum(-1, keepdims=True) * pi
-            # mirror-descent step with the KL(pi || pi_0) penalty taken in closed form (proximal), which stays
-            # stable for any beta: pi_new ~ ((pi * exp(lr * grad)) * pi_0 ** (lr * beta)) ** (1 / (1 + lr * beta))
-            theta = (theta + s.lr * grad + shrink * log_p0) / (1 + shrink)
+        theta = policy_step(theta, pi_old, weight, log_p0, s.lr, beta, epsilon, cfg.grpo.mu)
         history[t] = _softmax(theta)
     keys = [*(reward_key(n) for n in standard_names()), REWARD_MEAN]
     curves = {k: history @ table[:, j] for j, k in enumerate(keys)}

@@ -1,0 +1,469 @@
+"""What GRPO will do, forecast from the user's own model: a pilot of its episodes, re-scored, then GRPO on them.
+
+The pilot is a set of scored episodes sampled from the policy GRPO starts from (a run's first step, or the smoke
+test's), kept with their unweighted reward components. Rewards are functions of transcripts, so any other weights
+re-score the same pilot exactly: "what if completion paid 0" needs no new sampling. Episodes are grouped into the
+behaviour classes a real run's "What GRPO changed" uses (`grpolab.trust.behaviour`).
+
+Shortcuts nobody sampled yet are reached from the pilot's own transcripts (`reach_shortcuts`): each pilot episode
+with a thought and a valid call is edited one step (thought dropped, thought emptied) and re-scored; a class reached
+only this way starts at `REACH_FLOOR` of an episode's share (half an episode of the pilot), so the forecast shows
+whether the weights pay for it, not how soon a real policy stumbles on it.
+
+Dynamics: R seeded runs of GRPO on a class-level policy. Each step samples P groups of G classes, gives each
+sampled episode the reward of a pilot episode of its class (drawn with replacement: a class's reward keeps its
+spread, which group normalisation turns into advantages), takes group-relative advantages as the trainer does
+(`scale_rewards`, `normalize_then_sum`), sums them by class and takes the clipped, KL-regularised step on the class
+logits with step size `speed`. `speed` and the KL scale are fitted on real runs (`benchmarks/forecast_scoring.py`,
+leaving each config out when scored); how often the forecast was right there is shipped beside it
+(`forecast_accuracy.json`) and shown wherever the forecast is.
+
+What it cannot know is said, not drawn: a class with no pilot episode and no edit that reaches it is listed as
+unknown, and a pilot too small to trust is named.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grpolab.config import LabConfig
+from grpolab.errors import UserError
+from grpolab.protocol import THOUGHT_TAG, render_thought
+from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
+from grpolab.trust.simulate import MAX_CLASS_REWARD, policy_step, warnings
+from grpolab.vocabulary import (
+    ADV_MEAN_ABS,
+    HACK_MASS,
+    KL,
+    POLICY_LOSS,
+    REWARD_MEAN,
+    SIM_BANDS,
+    SUCCESS,
+    TOOL_CALL_PROB,
+    TOOL_TOKEN_MASS,
+    band_key,
+    class_key,
+    reward_key,
+)
+
+ACCURACY_FILE = Path(__file__).with_name("forecast_accuracy.json")
+"""Written by `benchmarks/forecast_scoring.py`: the fitted speed and KL scale, and how often the forecast was right."""
+DEMO_PILOT_FILE = Path(__file__).with_name("demo_pilot.json")
+"""Written by `benchmarks/forecast_scoring.py`: the first-step episodes of the benchmark's runs (SmolLM2 after the
+demo's SFT seeding), with their shortcut edits: the pilot the lab forecasts the demo's config from."""
+DEMO_PILOT_FOR = {"env": "finance", "model": "smollm2", "task_kinds": ["pct_change"], "sft_steps": 10}
+"""The config fields a run must share with the demo for the shipped pilot to sample its starting policy."""
+REACH_FLOOR = 0.5
+"""A class reached only by editing pilot transcripts starts at this many episodes' share of the pilot."""
+MIN_PILOT = 8
+"""A pilot with fewer episodes is named as too small to forecast from (its class shares move by 1/N an episode)."""
+DEFAULT_SPEED = 1.0
+DEFAULT_KL_SCALE = 1.0
+"""Used only where forecast_accuracy.json is missing (a checkout without the benchmark's fit)."""
+
+
+@dataclass
+class PilotEpisode:
+    """One scored episode of the pilot: its group (prompt), class, unweighted components and policy tokens."""
+
+    group: str
+    cls: str
+    components: dict[str, float]
+    tokens: float
+    reached: bool = False
+    """True for an edit of a sampled episode (a shortcut reached one step away), not a sample."""
+
+
+@dataclass
+class Pilot:
+    """Samples of the starting policy, with where they came from and what they cost to draw."""
+
+    episodes: list[PilotEpisode]
+    source: str
+    seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def sampled(self) -> list[PilotEpisode]:
+        return [e for e in self.episodes if not e.reached]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "seconds": self.seconds,
+            "notes": self.notes,
+            "episodes": [
+                {"group": e.group, "class": e.cls, "components": e.components, "tokens": e.tokens, "reached": e.reached}
+                for e in self.episodes
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Pilot:
+        episodes = [
+            PilotEpisode(str(e["group"]), e["class"], dict(e["components"]), float(e["tokens"]), bool(e["reached"]))
+            for e in data["episodes"]
+        ]
+        return cls(episodes, str(data["source"]), data.get("seconds"), list(data.get("notes", [])))
+
+
+def _finite(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if np.isfinite(v) else None
+
+
+def pilot_from_rows(rows: Sequence[dict[str, Any]], source: str, thought_required: bool = True) -> Pilot:
+    """A pilot from scored episode rows (episodes.jsonl, `check --save`'s base episodes, a benchmark's short rows
+    that carry their "class"). Rows without finite components are left out and counted in the notes."""
+    episodes, dropped = [], 0
+    for i, row in enumerate(rows):
+        comps = row.get("components")
+        values = {k: _finite(v) for k, v in comps.items()} if isinstance(comps, dict) else {}
+        if not values or any(v is None for v in values.values()):
+            dropped += 1
+            continue
+        cls = row.get("class") if row.get("class") in CLASSES else classify_episode(row, thought_required)
+        group = f"{row.get('step', '')}:{row.get('group', i)}"
+        tokens = _finite(row.get("tokens")) or 0.0
+        episodes.append(PilotEpisode(group, cls, values, tokens))  # type: ignore[arg-type]
+    pilot = Pilot(episodes, source)
+    if dropped:
+        pilot.notes.append(f"{dropped} pilot episode(s) had no finite reward components and were left out")
+    return pilot
+
+
+def without_thought(text: str, tag: str = THOUGHT_TAG, replacement: str | None = None) -> str | None:
+    """The transcript with its opening thought dropped (or replaced by `replacement`); None without one."""
+    m = re.match(rf"\s*<{re.escape(tag)}>.*?</{re.escape(tag)}>\s*", text, re.S)
+    if m is None:
+        return None
+    return ("" if replacement is None else render_thought(replacement, tag)) + text[m.end() :]
+
+
+SHORTCUT_EDITS: dict[str, Callable[[str, str], str | None]] = {
+    "dropped_thought": lambda text, tag: without_thought(text, tag),
+    "empty_thought": lambda text, tag: without_thought(text, tag, "..."),
+}
+"""Class -> the one-step edit of a sampled transcript that reaches it."""
+
+
+def reach_shortcuts(
+    pilot: Pilot,
+    rows: Sequence[dict[str, Any]],
+    rescore: Callable[[dict[str, Any], str], dict[str, float] | None],
+    thought_tag: str = THOUGHT_TAG,
+    thought_required: bool = True,
+) -> Pilot:
+    """Add the shortcut edits (`SHORTCUT_EDITS`) of the pilot rows that have a thought and a valid call.
+
+    `rescore(row, text)` gives the unweighted components of `text` on `row`'s task (None where it cannot). Each
+    edit's components are the row's recorded ones plus what the edit changed (edit rescored minus the original
+    rescored), so the recorded token count stays the length's reference."""
+    if not thought_required:
+        return pilot
+    added = []
+    for i, row in enumerate(rows):
+        text = str(row.get("text") or "")
+        if not text or not row.get("valid_calls") or not isinstance(row.get("components"), dict):
+            continue
+        base = rescore(row, text)
+        if base is None:
+            continue
+        for cls, edit in SHORTCUT_EDITS.items():
+            edited = edit(text, thought_tag)
+            after = rescore(row, edited) if edited else None
+            if after is None:
+                continue
+            comps = {k: float(row["components"].get(k, 0.0)) + after.get(k, 0.0) - base.get(k, 0.0) for k in base}
+            tokens = float(row.get("tokens") or 0.0) * (len(edited or "") / max(len(text), 1))
+            added.append(PilotEpisode(f"edit:{i}", cls, comps, tokens, reached=True))
+    return Pilot([*pilot.episodes, *added], pilot.source, pilot.seconds, list(pilot.notes))
+
+
+def demo_pilot(cfg: LabConfig) -> Pilot | None:
+    """The shipped pilot where `cfg` starts from the policy it sampled (the demo's model, env, tasks and seeding),
+    else None."""
+    mine = {"env": cfg.env, "model": cfg.model, "task_kinds": list(cfg.task_kinds), "sft_steps": cfg.train.sft_steps}
+    if mine != DEMO_PILOT_FOR or not DEMO_PILOT_FILE.is_file():
+        return None
+    try:
+        return Pilot.from_json(json.loads(DEMO_PILOT_FILE.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def load_accuracy() -> dict[str, Any]:
+    """The benchmark's fit and scores (empty where the file is missing or unreadable)."""
+    try:
+        return json.loads(ACCURACY_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def accuracy_line(acc: dict[str, Any] | None = None) -> str:
+    """How often the forecast was right on real runs, in one line (what every place showing it prints)."""
+    acc = load_accuracy() if acc is None else acc
+    s = acc.get("scores") or {}
+    if not s:
+        return "forecast accuracy: not measured in this checkout (benchmarks/forecast_scoring.py measures it)"
+    ceiling = acc.get("ceiling") or {}
+    return (
+        f"forecast accuracy on {acc.get('runs', '?')} real runs (each config left out of the fit): direction "
+        f"{s['direction']:.0%} of moved classes, winner {s['winner']:.0%}, share error {s['share_error']:.2f}; "
+        f"seed-to-seed ceiling: direction {ceiling.get('direction', float('nan')):.0%}, "
+        f"winner {ceiling.get('winner', float('nan')):.0%}"
+    )
+
+
+@dataclass
+class Pools:
+    """The pilot's episodes by class: unweighted component vectors (n, C), solved flags and tokens."""
+
+    names: list[str]
+    components: list[np.ndarray]
+    solved: np.ndarray
+    """(K,) share of each class's episodes that the verifier passed."""
+    tokens: np.ndarray
+    counts: np.ndarray
+    """(K,) sampled pilot episodes per class."""
+    reached: np.ndarray
+    """(K,) bool: the class has pool episodes (sampled or reached by an edit)."""
+
+
+def pools_of(pilot: Pilot, weights: dict[str, float]) -> Pools:
+    names = sorted({k for e in pilot.episodes for k in e.components})
+    missing = [n for n, w in weights.items() if w and n not in names]
+    if missing:
+        raise UserError(
+            f"the pilot's episodes were not scored with {', '.join(missing)}: the forecast cannot re-score them",
+            "take the pilot again with these components in the rubric (grpolab check, or a run's first step)",
+        )
+    comps, solved, tokens, counts, reached = [], [], [], [], []
+    for c in CLASSES:
+        eps = [e for e in pilot.episodes if e.cls == c]
+        comps.append(np.array([[e.components.get(n, 0.0) for n in names] for e in eps]).reshape(len(eps), len(names)))
+        solved.append(np.mean([e.components.get("completion", 0.0) >= 1.0 for e in eps]) if eps else 0.0)
+        tokens.append(np.mean([e.tokens for e in eps]) if eps else 0.0)
+        counts.append(sum(not e.reached for e in eps))
+        reached.append(bool(eps))
+    return Pools(names, comps, np.array(solved), np.array(tokens), np.array(counts), np.array(reached))
+
+
+def _group_advantages(rewards: np.ndarray, scale: str, eps: float = 1e-4) -> np.ndarray:
+    """(..., P, G) rewards -> advantages, as `grpolab.engine.grpo.group_advantages` (population std)."""
+    centred = rewards - rewards.mean(-1, keepdims=True)
+    if scale == "none":
+        return centred
+    if scale == "batch":
+        return centred / (rewards.std(axis=(-2, -1), keepdims=True) + eps)
+    return centred / (rewards.std(-1, keepdims=True) + eps)
+
+
+def _decoupled_advantages(comps: np.ndarray, w: np.ndarray, eps: float = 1e-4) -> np.ndarray:
+    """(..., P, G, C) components -> advantages, as `grpolab.engine.grpo.decoupled_advantages` (GDPO)."""
+    mean, std = comps.mean(-2, keepdims=True), comps.std(-2, keepdims=True)
+    summed = ((comps - mean) / (std + eps) * w).sum(-1)
+    return (summed - summed.mean((-2, -1), keepdims=True)) / (summed.std(axis=(-2, -1), keepdims=True) + eps)
+
+
+def initial_policy(pools: Pools) -> np.ndarray:
+    """(K,) the pilot's class shares; a class reached only by edits at REACH_FLOOR episodes; others 0."""
+    n = max(pools.counts.sum(), 1)
+    shares = np.where(pools.counts > 0, pools.counts, np.where(pools.reached, REACH_FLOOR, 0.0)) / n
+    return shares / shares.sum()
+
+
+def forecast(
+    pilot: Pilot,
+    cfg: LabConfig,
+    steps: int = 20,
+    runs: int = 16,
+    speed: float | None = None,
+    kl_scale: float | None = None,
+    weights: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """`runs` seeded GRPO runs on the pilot's classes under `cfg`'s reward and GRPO settings: per-step means and a
+    10-90% band, in the simulator's result shape (`grpolab.trust.simulate.simulate`), plus what it cannot know.
+    `weights` replace the config's reward weights (a pilot recorded only with totals is forecast with {"total": 1})."""
+    if not pilot.sampled:
+        raise UserError(f"the pilot ({pilot.source}) has no scored episodes", "sample the model first (grpolab check)")
+    acc = load_accuracy()
+    speed = float(acc.get("speed", DEFAULT_SPEED)) if speed is None else speed
+    kl_scale = float(acc.get("kl_scale", DEFAULT_KL_SCALE)) if kl_scale is None else kl_scale
+    weights = dict(cfg.reward.weights if weights is None else weights)
+    pools = pools_of(pilot, weights)
+    w = np.array([weights.get(n, 0.0) for n in pools.names])
+    with np.errstate(over="ignore", invalid="ignore"):
+        rewards = [c @ w for c in pools.components]
+        worst = max((float(np.abs(r).max()) for r in rewards if r.size), default=0.0)
+    if not np.isfinite(worst) or worst > MAX_CLASS_REWARD:
+        raise UserError(
+            f"the reward weights pay an episode {worst:g}: the forecast would not be finite",
+            "use weights of a few units",
+        )
+    K, R = len(CLASSES), runs
+    G, P = cfg.rollout.group_size, cfg.train.prompts_per_step
+    g = cfg.grpo
+    rng = np.random.default_rng(cfg.seed)
+    p0 = initial_policy(pools)
+    live = p0 > 0
+    log_p0 = np.log(np.where(live, p0, 1.0))
+    theta = np.tile(np.where(live, log_p0, -np.inf), (R, 1))
+    # every class's pool as one flat array, so one draw serves all runs: offset + floor(u * size)
+    sizes = np.array([len(r) for r in rewards])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    flat_comps = np.concatenate([c for c in pools.components if len(c)])  # (N, C)
+    flat_reward = flat_comps @ w
+    mean_reward = np.array([r.mean() if r.size else 0.0 for r in rewards])
+    mean_comps = np.array([c.mean(0) if len(c) else np.zeros(len(pools.names)) for c in pools.components])
+    history = np.zeros((steps + 1, R, K))
+    adv_abs = np.zeros((steps + 1, R))
+    history[0] = np.exp(theta - np.logaddexp.reduce(theta, -1, keepdims=True))
+    onehot = np.eye(K)
+    for t in range(1, steps + 1):
+        pi_old = history[t - 1]
+        cdf = pi_old.cumsum(-1)
+        cdf[:, -1] = 1.0
+        u = rng.random((R, P, G))
+        cls = (u[..., None] >= cdf[:, None, None, :]).sum(-1)  # (R, P, G) class index
+        cls = np.minimum(cls, K - 1)
+        pick = offsets[cls] + np.floor(rng.random((R, P, G)) * sizes[cls]).astype(int)
+        if g.multi_objective_aggregation == "normalize_then_sum":
+            adv = _decoupled_advantages(flat_comps[pick], w)
+        else:
+            adv = _group_advantages(flat_reward[pick], g.scale_rewards)
+        hot = onehot[cls]  # (R, P, G, K)
+        weight = (adv[..., None] * hot).sum((1, 2)) / (P * G)  # (R, K)
+        adv_abs[t] = np.abs(adv).mean((1, 2))
+        theta = policy_step(theta, pi_old, weight, log_p0, speed, g.beta, g.epsilon, g.mu)
+        history[t] = np.exp(theta - np.logaddexp.reduce(theta, -1, keepdims=True))
+    return _result(pilot, pools, history, adv_abs, mean_reward, mean_comps, p0, cfg, weights, speed, kl_scale, acc)
+
+
+GROWS = 0.05
+"""A class whose forecast share rises by at least this much is named as growing."""
+
+
+def growing(p0: np.ndarray, final: np.ndarray) -> dict[str, list[float]]:
+    """Classes the forecast grows by GROWS or more: name -> [start share, end share], largest rise first."""
+    rise = final - p0
+    order = [i for i in np.argsort(-rise) if rise[i] >= GROWS]
+    return {CLASSES[i]: [round(float(p0[i]), 3), round(float(final[i]), 3)] for i in order}
+
+
+def _result(
+    pilot: Pilot,
+    pools: Pools,
+    history: np.ndarray,
+    adv_abs: np.ndarray,
+    mean_reward: np.ndarray,
+    mean_comps: np.ndarray,
+    p0: np.ndarray,
+    cfg: LabConfig,
+    weights: dict[str, float],
+    speed: float,
+    kl_scale: float,
+    acc: dict[str, Any],
+) -> dict[str, Any]:
+    curves: dict[str, np.ndarray] = {}
+    for j, n in enumerate(pools.names):
+        curves[reward_key(n)] = history @ (mean_comps[:, j] * weights.get(n, 0.0))
+    curves[REWARD_MEAN] = history @ mean_reward
+    live = p0 > 0
+    ratio = np.where(live, history / np.where(live, p0, 1.0), 1.0)
+    class_kl = (history * np.log(np.maximum(ratio, 1e-300))).sum(-1) / np.maximum(history @ pools.tokens, 1.0)
+    curves[KL] = kl_scale * class_kl
+    call = np.array([c in CALL_CLASSES for c in CLASSES], dtype=float)
+    hack = np.array([c in HACK_CLASSES for c in CLASSES], dtype=float)
+    curves[TOOL_CALL_PROB] = history @ call
+    curves[TOOL_TOKEN_MASS] = history @ call
+    curves[ADV_MEAN_ABS] = adv_abs
+    curves[POLICY_LOSS] = cfg.grpo.beta * curves[KL]
+    curves[HACK_MASS] = history @ hack
+    curves[SUCCESS] = history @ pools.solved
+    for i, c in enumerate(CLASSES):
+        curves[class_key(c)] = history[..., i]
+    means = {k: v.mean(-1) for k, v in curves.items()}
+    bands = {k: np.percentile(v, [10, 90], axis=-1) for k, v in curves.items()}
+    iterations = []
+    for t in range(history.shape[0]):
+        row: dict[str, Any] = {"step": t}
+        for k in curves:
+            row[k] = float(means[k][t])
+            for i, band in enumerate(SIM_BANDS):
+                row[band_key(k, band)] = float(bands[k][i, t])
+        iterations.append(row)
+    final = history[-1].mean(0)
+    n = int(pools.counts.sum())
+    unknown = [c for i, c in enumerate(CLASSES) if not pools.reached[i]]
+    notes = list(pilot.notes)
+    if n < MIN_PILOT:
+        notes.append(f"the pilot has {n} episodes (fewer than {MIN_PILOT}): one episode moves a class by {1 / n:.0%}")
+    return {
+        "simulation": True,
+        "forecast": True,
+        "pilot": {"source": pilot.source, "episodes": n, "seconds": pilot.seconds},
+        "classes": {
+            c: {
+                "reward": float(mean_reward[i]),
+                "pilot_episodes": int(pools.counts[i]),
+                "reached_by_edit": bool(pools.reached[i] and not pools.counts[i]),
+                "solved": float(pools.solved[i]),
+                "tokens": float(pools.tokens[i]),
+                "initial": float(p0[i]),
+                "final": float(final[i]),
+            }
+            for i, c in enumerate(CLASSES)
+            if pools.reached[i]
+        },
+        "unknown": unknown,
+        "growing": growing(p0, final),
+        "notes": notes,
+        "settings": {
+            "steps": history.shape[0] - 1,
+            "runs": history.shape[1],
+            "speed": speed,
+            "kl_scale": kl_scale,
+            "weights": weights,
+            "beta": cfg.grpo.beta,
+        },
+        "accuracy": acc.get("scores", {}),
+        "accuracy_line": accuracy_line(acc),
+        "iterations": iterations,
+        "warnings": warnings(iterations, {c: float(final[i]) for i, c in enumerate(CLASSES)}),
+    }
+
+
+def env_rescorer(
+    env: Any, cfg: LabConfig, count_tokens: Callable[[str], int]
+) -> Callable[[dict[str, Any], str], dict[str, float] | None]:
+    """`rescore(row, text)` for `reach_shortcuts`: the unweighted components of `text` on the row's task (found by
+    its task_id among the env's tasks), scored by the lab's reward under `cfg`; None where the task is unknown."""
+    from grpolab.rewards.rubric import rubric_of
+    from grpolab.rewards.score import score_transcript
+
+    tasks = {t.id: t for split in ("train", "heldout") for t in env.tasks(split)}
+    rubric = rubric_of(env)
+    unit = dict.fromkeys(rubric.scored(rubric.resolve(dict(cfg.reward.weights))), 1.0)
+    r = cfg.reward
+
+    def rescore(row: dict[str, Any], text: str) -> dict[str, float] | None:
+        task = tasks.get(str(row.get("task_id")))
+        if task is None:
+            return None
+        s = score_transcript(
+            env, task, text, unit, r.length_unit, count_tokens=count_tokens, thought_min_words=r.thought_min_words
+        )
+        return {k: float(v) for k, v in s.components.items() if np.isfinite(v)}
+
+    return rescore

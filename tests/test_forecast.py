@@ -1,0 +1,169 @@
+"""The forecast from a pilot (`grpolab.trust.forecast`): re-scored under any weights, shortcuts reached by edits, what
+it cannot know said, and `simulate --pilot` on a run's first step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpolab.config import load_config
+from grpolab.errors import UserError
+from grpolab.trust.forecast import (
+    REACH_FLOOR,
+    Pilot,
+    PilotEpisode,
+    forecast,
+    pilot_from_rows,
+    reach_shortcuts,
+    without_thought,
+)
+
+
+def episode(cls: str, f: float, s: float, c: float, length: float, group: str = "0") -> PilotEpisode:
+    return PilotEpisode(group, cls, {"format": f, "schema": s, "completion": c, "length": length}, length * 100)
+
+
+PILOT = Pilot(
+    [
+        *[episode("grounded_correct", 1, 1, 1, 1.3)] * 3,
+        *[episode("call_no_answer", 1, 1, 0, 0.6)] * 6,
+        *[episode("free_text_guess", 0, 0, 0, 0.8)] * 7,
+    ],
+    "test pilot",
+)
+
+
+def cfg(weights: dict[str, float], **more):
+    return load_config(None, {"reward.weights": weights, "rollout.group_size": 8, "train.prompts_per_step": 2, **more})
+
+
+def moves(result) -> dict[str, float]:
+    return {c: v["final"] - v["initial"] for c, v in result["classes"].items()}
+
+
+def test_the_same_pilot_re_scored_under_other_weights_moves_the_other_way():
+    """What-ifs need no new sampling: paying completion grows the correct class; paying only schema and shortness
+    grows the calls without an answer, from the same 16 episodes."""
+    honest = moves(
+        forecast(PILOT, cfg({"format": 1, "schema": 1.5, "completion": 3, "length": -0.05}), steps=10, speed=5)
+    )
+    shortcut = moves(forecast(PILOT, cfg({"format": 0, "schema": 1, "completion": 0, "length": -1}), steps=10, speed=5))
+    assert honest["grounded_correct"] > 0.2 and honest["free_text_guess"] < 0
+    assert shortcut["call_no_answer"] > 0.2 and shortcut["grounded_correct"] < 0
+
+
+def test_normalize_then_sum_and_other_scales_forecast_too():
+    for more in ({"grpo.multi_objective_aggregation": "normalize_then_sum"}, {"grpo.scale_rewards": "none"}):
+        out = forecast(
+            PILOT, cfg({"format": 1, "schema": 1.5, "completion": 3, "length": -0.05}, **more), steps=5, speed=5
+        )
+        assert moves(out)["grounded_correct"] > 0, more
+
+
+def test_a_forecast_is_seeded_and_says_what_it_cannot_know():
+    c = cfg({"format": 1, "schema": 1.5, "completion": 3, "length": -0.05})
+    a, b = forecast(PILOT, c, steps=4, runs=3), forecast(PILOT, c, steps=4, runs=3)
+    assert a["iterations"] == b["iterations"]
+    assert "dropped_thought" in a["unknown"] and "grounded_correct" not in a["unknown"]
+    tiny = Pilot(PILOT.episodes[:4], "four episodes")
+    assert any("fewer than" in n for n in forecast(tiny, c, steps=2)["notes"])
+    assert "forecast accuracy" in a["accuracy_line"]
+
+
+def test_a_weight_the_pilot_was_not_scored_with_is_refused():
+    with pytest.raises(UserError, match="says_revenue"):
+        forecast(PILOT, cfg({"completion": 1}), weights={"completion": 1, "says_revenue": 2})
+
+
+TEXT = '<thought>I need the revenue first.</thought>\n<tool_call>{"name": "f", "arguments": {}}</tool_call>answer'
+
+
+def test_without_thought_edits_only_an_opening_thought():
+    assert without_thought(TEXT) == '<tool_call>{"name": "f", "arguments": {}}</tool_call>answer'
+    assert without_thought(TEXT, replacement="...").startswith("<thought>...</thought>\n<tool_call>")
+    assert without_thought("no thought here <thought>x</thought>") is None
+
+
+def test_a_shortcut_nobody_sampled_is_reached_by_an_edit_and_grows_when_paid():
+    """The demo's dropped thought: a pilot without one, an edit that drops the thought scores as the original minus
+    its length; a reward that pays shortness grows it from its floor, one that pays format does not."""
+    rows = [
+        {"group": 0, "text": TEXT, "valid_calls": 1, "tokens": 120, "components": dict(e.components), "class": e.cls}
+        for e in PILOT.episodes[:3]
+    ]
+
+    def rescore(row, text):  # the thought costs format where it is required, and tokens
+        has = text.startswith("<thought>") and "..." not in text
+        return {"format": 1.0 if has else 0.5, "schema": 1.0, "completion": 1.0, "length": len(text) / 100}
+
+    reached = reach_shortcuts(PILOT, rows, rescore)
+    added = [e for e in reached.episodes if e.reached]
+    assert {e.cls for e in added} == {"dropped_thought", "empty_thought"} and len(added) == 6
+    # the speed is given: the shipped one is fitted on real runs and may change
+    short = forecast(reached, cfg({"format": 0, "schema": 1.5, "completion": 3, "length": -1}), steps=20, speed=5)
+    start = short["classes"]["dropped_thought"]
+    assert start["reached_by_edit"] and start["initial"] == pytest.approx(REACH_FLOOR / 16 / (1 + 2 * REACH_FLOOR / 16))
+    assert "dropped_thought" in short["growing"]
+    strict = forecast(reached, cfg({"format": 5, "schema": 1.5, "completion": 3, "length": -0.05}), steps=20, speed=5)
+    assert "dropped_thought" not in strict["growing"]
+    assert reach_shortcuts(PILOT, rows, rescore, thought_required=False) is PILOT
+
+
+def test_pilot_rows_without_finite_components_are_left_out_and_counted():
+    rows = [
+        {"components": {"completion": 1.0}, "valid_calls": 1, "tokens": 50},
+        {"components": {"completion": None}},
+        {"text": "no components"},
+    ]
+    pilot = pilot_from_rows(rows, "rows")
+    assert len(pilot.episodes) == 1 and "2 pilot episode(s)" in pilot.notes[0]
+
+
+def test_simulate_pilot_forecasts_from_a_runs_first_step(cli, tmp_path):
+    from grpolab.rundir import RunDir
+
+    c = load_config(None, {"env": "arithmetic", "grpo.beta": 0.3, "rollout.group_size": 4})
+    run = RunDir.create(tmp_path / "run", c)
+    comps = {"format": 1.0, "schema": 1.0, "length": 0.8}
+    good = {
+        "components": {**comps, "completion": 1.0},
+        "tokens": 80,
+        "valid_calls": 1,
+        "text": "<thought>I add the two numbers.</thought>\n12",
+        "task_id": "x",
+    }
+    free = {
+        "components": {**comps, "completion": 0.0, "schema": 0.0},
+        "reasons": {"schema": "no tool call"},
+        "tokens": 80,
+    }
+    run.append_episodes([{**good, "step": 1, "group": 0}] * 2 + [{**free, "step": 1, "group": 0}] * 2)
+    run.append_episodes([{**free, "step": 2, "group": 0}] * 4)
+    code, out, _ = cli("simulate", "--pilot", str(run.path), "--steps", "6", "--runs", "2", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert result["forecast"] and result["pilot"]["episodes"] == 4 and result["settings"]["beta"] == 0.3
+    assert result["classes"]["grounded_correct"]["final"] > result["classes"]["grounded_correct"]["initial"]
+    code, out, _ = cli("simulate", "--pilot", str(run.path), "--steps", "6", "--runs", "2")
+    assert code == 0 and "growing: grounded_correct" in out and "forecast accuracy" in out, out
+
+
+def test_the_lab_forecasts_from_a_pilot_and_says_how_often_it_was_right(monkeypatch):
+    """Where a pilot of the form's model and env exists (the demo's is shipped), the sliders re-score it: the cards
+    name the pilot, what grows and the measured accuracy; weights the pilot was not scored with fall back to the
+    class-profile simulator, which says it is one."""
+    from grpolab.lab import handlers
+
+    from .test_lab import FORM
+
+    monkeypatch.setattr(handlers, "demo_pilot", lambda cfg: PILOT)
+    values = {**FORM, "simulator.lr": 0.3, "simulator.steps": 20}
+    cards, chart, _ = handlers.simulate_view(values)
+    assert "forecast after 20 iterations from 16 pilot episodes (test pilot" in cards
+    assert "forecast accuracy" in cards and "growing under these weights: grounded_correct" in cards
+    assert "forecast:" in chart
+    shortcut = {**values, "reward.weights.completion": 0.0, "reward.weights.length": -1.0}
+    assert "growing under these weights: call_no_answer" in handlers.simulate_view(shortcut)[0]
+    monkeypatch.setattr(handlers, "demo_pilot", lambda cfg: None)
+    assert "class-profile simulator after 20 iterations" in handlers.simulate_view(values)[0]
