@@ -132,3 +132,6 @@ def test_check_cli_flags_format_only_weights(tmp_path, grpolab_process):
     assert any(line.startswith("gameable: dummy_tags") for line in report["gameable"])
     assert {"dry_run", "probes", "learnability"} <= set(report)
     assert report["learnability"]["tool_call_prob"] == 0.0
+    # the smoke test's episodes are the forecast's pilot, kept for `simulate --pilot` what-ifs
+    assert len(report["pilot_episodes"]) == 2 and report["forecast"]["pilot"]["episodes"] == 2
+    assert "forecast accuracy" in report["forecast"]["accuracy_line"]

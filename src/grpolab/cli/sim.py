@@ -34,6 +34,7 @@ from grpolab.models import model_token_counter
 from grpolab.rundir import RunDir
 from grpolab.rundir.snapshot import drawable_metrics
 from grpolab.trust.behaviour import classify_episode
+from grpolab.trust.forecast import env_rescorer, forecast, load_accuracy, pilot_from_rows, reach_shortcuts
 from grpolab.trust.simulate import (
     DEFAULT_KL_SCALE,
     DEFAULT_LR,
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
 
 def calibration_rows(path: Path) -> list[dict[str, Any]]:
     """Scored episode rows from a run dir (the first GRPO step's episodes: samples of the policy GRPO starts from;
-    else the greedy eval/0.jsonl) or a `check --save` JSON file."""
+    else the greedy eval/0.jsonl) or a `check --save` JSON file (its smoke test's episodes)."""
     if path.is_dir():
         run = RunDir(path)
         rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
@@ -68,11 +69,12 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
         text = read_user_file(path, "calibration report", MAX_DATA_BYTES, fix)
         check_nesting(text, f"calibration report {path}", fix)
         try:
-            rows = jsonlib.loads(text)["dry_run"]["base_episodes"]
+            report = jsonlib.loads(text)
+            rows = report.get("pilot_episodes") or report["dry_run"]["base_episodes"]
         except (ValueError, KeyError, TypeError, RecursionError):
             raise UserError(f"{path} is not a `grpolab check --save` report", fix) from None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise UserError(f"{path}: dry_run.base_episodes is not a list of episode rows", fix)
+            raise UserError(f"{path}: pilot_episodes (or dry_run.base_episodes) is not a list of episode rows", fix)
     else:
         raise UserError(f"calibration source not found: {path}", "pass a run directory or a `check --save` JSON file")
     usable = [r for r in rows if _classifiable(r)]
@@ -110,6 +112,73 @@ def comparable_rows(real: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _forecast(
+    source: Path,
+    config: Path | None,
+    env: str | None,
+    seed: int | None,
+    weights: str | None,
+    plugin: list[str] | None,
+    beta: float | None,
+    steps: int,
+    runs: int,
+    json: bool,
+) -> None:
+    """`simulate --pilot`: the forecast from the pilot's episodes (`grpolab.trust.forecast`)."""
+    base = (run_plugins(source) or RunDir(source).read_config()) if source.is_dir() and config is None else None
+    cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
+    environment = env_for(cfg)
+    rows = calibration_rows(source)
+    sampled = pilot_from_rows(rows, str(source), environment.thought_required)
+    rescore = env_rescorer(environment, cfg, model_token_counter(cfg.model))
+    result = forecast(
+        reach_shortcuts(sampled, rows, rescore, environment.thought_tag, environment.thought_required), cfg, steps, runs
+    )
+    if json:
+        print_json(result)
+        return
+    print_forecast(result)
+
+
+def profile_accuracy_line() -> str:
+    """What the class-profile simulator scored on real runs, and where the forecast is."""
+    acc = load_accuracy()
+    sim = (acc.get("baselines") or {}).get("simulator")
+    if not sim:
+        return "class-profile simulator: not scored on real runs in this checkout; --pilot forecasts from samples"
+    return (
+        f"class-profile simulator on {sim['runs']} real runs: direction {sim['direction']:.0%}, winner "
+        f"{sim['winner']:.0%}; --pilot RUN (or a `check --save` report) forecasts from your model's own samples "
+        f"(direction {acc['scores']['direction']:.0%}, winner {acc['scores']['winner']:.0%})"
+    )
+
+
+def print_forecast(result: dict[str, Any]) -> None:
+    """The forecast as `simulate --pilot` and `check` print it: classes, what grows, what it cannot know, accuracy."""
+    p = result["pilot"]
+    console.print(Text("forecast", style="bold") + Text(f" from {p['episodes']} pilot episodes ({p['source']})"))
+    for name, c in result["classes"].items():
+        how = "reached by an edit" if c["reached_by_edit"] else f"{c['pilot_episodes']} sampled"
+        console.print(
+            f"  {name:<18} reward {c['reward']:+.2f}   p {c['initial']:.2f} -> {c['final']:.2f}   ({how})", markup=False
+        )
+    last = result["iterations"][-1]
+    console.print(
+        f"after {result['settings']['steps']} steps: reward {last[REWARD_MEAN]:+.2f}, "
+        f"tool_call_prob {last[TOOL_CALL_PROB]:.0%}, hack_mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}"
+    )
+    if result["growing"]:
+        grows = ", ".join(f"{c} {a:.0%} -> {b:.0%}" for c, (a, b) in result["growing"].items())
+        console.print(f"growing: {grows}", markup=False)
+    if result["unknown"]:
+        console.print(f"cannot forecast (no pilot episode, no edit reaches them): {', '.join(result['unknown'])}")
+    for note in result["notes"]:
+        console.print(f"note: {note}", markup=False)
+    for warning in result["warnings"]:
+        console.print(Text(f"WARNING: {warning}", style="bold red"))
+    console.print(result["accuracy_line"], markup=False)
+
+
 def simulate(
     config: ConfigOpt = None,
     env: EnvOpt = None,
@@ -127,10 +196,18 @@ def simulate(
         Path | None, typer.Option("--calibrate", help="Run dir or check report: initial class mix.")
     ] = None,
     real: Annotated[Path | None, typer.Option("--real", help="Run dir to compare with (sim-to-real gap).")] = None,
+    pilot: Annotated[
+        Path | None,
+        typer.Option("--pilot", help="Run dir (its first step) or `check --save` report: forecast from these samples."),
+    ] = None,
     plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Simulate GRPO on a behaviour-level policy whose class rewards are measured with the real reward."""
+    """Forecast what GRPO does to your model under these weights (--pilot: from its own sampled episodes, re-scored),
+    or simulate GRPO on fixed class profiles measured with the real reward."""
+    if pilot is not None:
+        _forecast(pilot, config, env, seed, weights, plugin, beta, steps, runs, json)
+        return
     # compared with a real run, the simulation follows that run's config unless a file or flag says otherwise
     # and simulating it runs its env: its recorded plugins are imported, and named
     base = (run_plugins(real) or RunDir(real).read_config()) if real is not None and config is None else None
@@ -175,6 +252,7 @@ def simulate(
     )
     for warning in result["warnings"]:
         console.print(Text(f"WARNING: {warning}", style="bold red"))
+    console.print(profile_accuracy_line(), markup=False)
     if "sim_to_real" in result:
         gap = {k: round(v, 3) for k, v in result["sim_to_real"].items()}
         fit = result["sim_to_real_fitted"]

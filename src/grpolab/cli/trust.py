@@ -129,6 +129,20 @@ def _print(report: dict) -> None:
         f"all-pass {len(learn['all_pass'])}, all-fail {len(learn['all_fail'])}"
     )
     console.print(f"recommendation: {learn['recommendation']}")
+    fc = report.get("forecast") or {}
+    if "error" in fc:
+        console.print(f"forecast: {fc['error']}", markup=False)
+    elif fc:
+        pilot = fc["pilot"]
+        grows = ", ".join(f"{c} {a:.0%} -> {b:.0%}" for c, (a, b) in fc["growing"].items()) or "no class"
+        console.print(
+            f"forecast over {fc['steps']} GRPO steps from the {pilot['episodes']} smoke-test episodes "
+            f"(sampled in {pilot['seconds']:.0f} s): growing: {grows}",
+            markup=False,
+        )
+        for line in [*fc["warnings"], *fc["notes"]]:
+            console.print(f"  {line}", markup=False)
+        console.print(f"  {fc['accuracy_line']}", markup=False)
 
 
 SFT_START = "sft-start"

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from typing import Any
 
@@ -17,9 +18,11 @@ import torch
 from grpolab.config import LabConfig
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.envs.base import Environment
+from grpolab.errors import UserError
 from grpolab.metrics import episode_row, mean, reward_means, tool_call_prob
 from grpolab.models import token_counter
 from grpolab.rewards.score import score_episodes, score_transcript
+from grpolab.trust.forecast import env_rescorer, forecast, pilot_from_rows, reach_shortcuts
 from grpolab.trust.probes import gameable_lines, run_probes, worst_by_probe
 from grpolab.trust.shortcuts import best_by_shortcut, paid_lines, run_shortcuts
 from grpolab.vocabulary import FRAC_ZERO_STD, TOOL_CALL_PROB
@@ -206,8 +209,11 @@ def check(
     model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int = 4, group_size: int | None = None
 ) -> dict[str, Any]:
     count_tokens = token_counter(tokenizer)
+    start = time.perf_counter()
     learn, episodes = learnability(model, tokenizer, env, cfg, prompts, group_size or cfg.rollout.group_size)
+    sampled = time.perf_counter() - start
     probes = probe_report(env, cfg, count_tokens)
+    rows = [episode_row(e) for e in episodes]
     return {
         "env": env.name,
         "model": cfg.model,
@@ -218,4 +224,30 @@ def check(
         },
         **probes,
         "learnability": learn,
+        "forecast": forecast_summary(rows, env, cfg, count_tokens, sampled),
+        "pilot_episodes": rows,
     }
+
+
+def forecast_summary(
+    rows: list[dict[str, Any]], env: Environment, cfg: LabConfig, count_tokens: Any, seconds: float
+) -> dict[str, Any]:
+    """The forecast from the smoke test's episodes (the pilot): what grows under these weights over the config's
+    steps, what it cannot know, and how often it was right on real runs."""
+    pilot = pilot_from_rows(rows, "the smoke test's episodes", env.thought_required)
+    pilot.seconds = seconds
+    rescore = env_rescorer(env, cfg, count_tokens)
+    try:
+        result = forecast(
+            reach_shortcuts(pilot, rows, rescore, env.thought_tag, env.thought_required), cfg, cfg.train.steps
+        )
+    except UserError as exc:
+        return {"error": str(exc)}
+    notes = list(result["notes"])
+    if cfg.train.sft_steps:
+        notes.append(
+            f"the pilot samples the model before its {cfg.train.sft_steps} SFT steps; GRPO starts after them: "
+            "forecast from the run's first step with `grpolab simulate --pilot RUN`"
+        )
+    keep = ("pilot", "growing", "unknown", "accuracy_line", "warnings")
+    return {**{k: result[k] for k in keep}, "notes": notes, "steps": cfg.train.steps}
