@@ -27,6 +27,7 @@ from grpolab.models import model_token_counter
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir
 from grpolab.trl.export import export_trl
+from grpolab.trust.forecast import demo_pilot, forecast
 from grpolab.trust.preflight import probe_report
 from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
@@ -62,12 +63,17 @@ def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
         lr, steps = check_simulator(values)
         r = cfg.reward
         extra = tuple(sorted(k for k, w in r.weights.items() if w and k not in standard_names()))
-        profiles = _profiles(env_key(cfg), cfg.model, r.length_unit, extra, r.thought_min_words)
-        result = simulate(profiles, DEFAULT_PRIOR, SimSettings(cfg, steps, lr=lr))
+        pilot = demo_pilot(cfg)
+        if pilot is not None and all(k in pilot.episodes[0].components for k, w in r.weights.items() if w):
+            result = forecast(pilot, cfg, steps)  # the demo's own samples, re-scored: the step size is fitted
+        else:
+            profiles = _profiles(env_key(cfg), cfg.model, r.length_unit, extra, r.thought_min_words)
+            result = simulate(profiles, DEFAULT_PRIOR, SimSettings(cfg, steps, lr=lr))
     except FORM_ERRORS as exc:
         msg = views.message(f"cannot simulate this setting: {exc}", "error")
         return msg, msg, msg
-    chart = views.chart(result["iterations"], "simulated: reward, kl, tool_token_mass per iteration")
+    what = "forecast" if result.get("forecast") else "simulated"
+    chart = views.chart(result["iterations"], f"{what}: reward, kl, tool_token_mass per iteration")
     try:
         probes = views.preflight_panel(_probes(env_key(cfg), cfg.model, cfg.reward.model_dump_json()))
     except (UserError, ValueError, KeyError, IndexError) as exc:

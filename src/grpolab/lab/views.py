@@ -114,11 +114,27 @@ def stat_cards(
 
 def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
     first, last = result["iterations"][0], result["iterations"][-1]
-    source = (
-        f"simulator after {last['step']} iterations (mean of {result['settings']['runs']} seeded runs); "
-        f"hack mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}"
-    )
+    runs = result["settings"]["runs"]
+    if result.get("forecast"):
+        pilot = result["pilot"]
+        source = (
+            f"forecast after {last['step']} iterations from {pilot['episodes']} pilot episodes ({pilot['source']}; "
+            f"mean of {runs} seeded runs, step size fitted on real runs, the step-size slider is not used); "
+            f"hack mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}. {result['accuracy_line']}"
+        )
+    else:
+        source = (
+            f"class-profile simulator after {last['step']} iterations (mean of {runs} seeded runs; no pilot of "
+            f"this model and env: `grpolab simulate --pilot` forecasts from one); "
+            f"hack mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}"
+        )
     alerts = "".join(message(w, "error") for w in result.get("warnings", []))
+    grows = result.get("growing") or {}
+    if grows:
+        named = ", ".join(f"{c} {a:.0%} \u2192 {b:.0%}" for c, (a, b) in grows.items())
+        alerts += message(f"growing under these weights: {named}", "warn")
+    if result.get("unknown"):
+        alerts += message(f"cannot forecast (no pilot episode reaches them): {', '.join(result['unknown'])}")
     # the simulation starts from its prior (by default the seeded demo model's first step), not the base model
     cards = stat_cards(last, first[TOOL_CALL_PROB], kl_bound, source, prior_name="at the start")
     return cards + alerts + class_panel(result.get("classes", {}))
