@@ -399,6 +399,16 @@ def rows() -> list[str]:
             f"| hack detection: recall / false alarms / median lead (steps) per detector | {_hack_detection(h)} | "
             f"`{h['command']}` | {h['date']} |"
         )
+    fs = load("forecast_scoring")
+    if fs:
+        v, c = fs["scores"]["forecast"], fs["ceiling"]
+        fig = (
+            f"forecast from a pilot, out of sample: direction {pct(v['direction'])} of {v['class_moves']} class moves, "
+            f"winner {pct(v['winner'])} of {v['runs']} runs (seed-to-seed ceiling {pct(c['direction'])} / "
+            f"{pct(c['winner'])}); class-profile simulator {pct(fs['scores']['simulator']['direction'])} / "
+            f"{pct(fs['scores']['simulator']['winner'])}"
+        )
+        out.append(f"| forecasting GRPO's class moves on real runs | {fig} | `{fs['command']}` | {fs['date']} |")
     sc = load("score_cost")
     if sc:
         fig = (
