@@ -20,8 +20,7 @@ from grpolab.files.limits import MAX_CONFIG_BYTES
 from grpolab.files.nesting import check_nesting
 from grpolab.files.user_input import read_user_file
 from grpolab.plugins import import_plugins, resolve_plugins
-from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, SCORE_TIMEOUT_S, THOUGHT_MIN_WORDS
-from grpolab.rewards.rubric import BUILTIN_RUBRIC
+from grpolab.reward_defaults import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, SCORE_TIMEOUT_S, THOUGHT_MIN_WORDS
 
 
 class _Section(BaseModel):
@@ -32,8 +31,15 @@ class _Section(BaseModel):
     )
 
 
+def _builtin_weights() -> dict[str, float]:
+    """The built-in components' default weights (`rewards.rubric.BUILTIN_RUBRIC`)."""
+    from grpolab.rewards.rubric import BUILTIN_RUBRIC  # here: the components import every environment
+
+    return BUILTIN_RUBRIC.default_weights()
+
+
 class RewardConfig(_Section):
-    weights: dict[str, float] = Field(default_factory=BUILTIN_RUBRIC.default_weights)
+    weights: dict[str, float] = Field(default_factory=_builtin_weights)
     """Weight of each reward component in the episode reward (a weighted sum). Keys are the env's reward names."""
     length_unit: int = Field(DEFAULT_LENGTH_UNIT, gt=0)
     """The length component counts generated tokens in units of this many (tool output excluded)."""
@@ -317,6 +323,8 @@ def parse_weights(text: str) -> dict[str, float]:
     """Parse `--weights`: `F,S,C,L` (one number per standard component, in that order: they replace the config's
     weights) or `name=value,...` (those names only, set over the config's weights by `resolve_config`). The names
     are checked against the environment's rubric where it is built (`envs.check_weights`)."""
+    from grpolab.rewards.rubric import BUILTIN_RUBRIC  # here: the components import every environment
+
     names = BUILTIN_RUBRIC.standard_names()
     letters = ",".join(BUILTIN_RUBRIC.letter(n) for n in names)
     numbers = ",".join(f"{w:g}" for w in BUILTIN_RUBRIC.default_weights().values())

@@ -18,6 +18,13 @@ from grpolab.envs.rubric import RewardComponent, Shape, check_letters, make_comp
 from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
 
+# defined in a leaf that the config imports without the environments; re-exported (`X as X`) for scoring and the trust
+# layer, which read them here
+from grpolab.reward_defaults import DEFAULT_LENGTH_UNIT as DEFAULT_LENGTH_UNIT
+from grpolab.reward_defaults import MAX_REPLAYED_CALLS as MAX_REPLAYED_CALLS
+from grpolab.reward_defaults import SCORE_TIMEOUT_S as SCORE_TIMEOUT_S
+from grpolab.reward_defaults import THOUGHT_MIN_WORDS as THOUGHT_MIN_WORDS
+
 if TYPE_CHECKING:  # the table is read by the config, which must not import the tools (and transformers) with it
     from grpolab.envs.base import Environment, Task
     from grpolab.rewards.replay import Replay
@@ -32,8 +39,6 @@ class RewardContext:
     """A thought earns its format check only with at least this many words (`reward.thought_min_words`)."""
 
 
-THOUGHT_MIN_WORDS = 3
-"""Default of `reward.thought_min_words`: an emptied thought (`<thought>...</thought>`) earns no format credit."""
 _WORD = re.compile(r"[^\W\d_]{2,}")
 
 
@@ -42,13 +47,6 @@ def thought_words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
-DEFAULT_LENGTH_UNIT = 100
-"""Generated tokens per unit of the length component (the default of `reward.length_unit`)."""
-SCORE_TIMEOUT_S = 5.0
-"""Default of `reward.timeout_s`: seconds one reward component (a verifier, a user's reward) may take per episode."""
-MAX_REPLAYED_CALLS = 16
-"""Calls that scoring runs again per transcript (`rewards/replay.py`): each may cost up to its tool's timeout, and
-scoring has no timeout of its own. `rollout.max_turns` may not exceed it, so no rollout is ever cut short."""
 PAST_REPLAY_CAP = f"not run: past the replay cap ({MAX_REPLAYED_CALLS} calls per transcript)"
 """Why a call past the cap earns no schema credit."""
 
