@@ -21,7 +21,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Literal
 
-from grpolab.envs.base import Environment, EpisodeState, Evidence, Task, Verdict
+from grpolab import Environment, EpisodeState, Evidence, Task, Verdict
 
 HERE = Path(__file__).parent
 STATUSES = ("pending", "shipped", "delivered", "cancelled")

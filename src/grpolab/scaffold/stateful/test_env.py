@@ -5,9 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpolab.config import load_config
-from grpolab.envs import env_for
-from grpolab.rewards.score import score_transcript
+from grpolab import env_for, load_config, score_transcript
 
 HERE = Path(__file__).parent
 

@@ -9,7 +9,7 @@ A component is a function of either shape:
 `grpolab check --config config.toml` then probes whether it can be gamed, as it does the built-in rewards.
 """
 
-from grpolab.rewards import register_reward
+from grpolab import register_reward
 
 UNIT_WORDS = {
     "km": ("km", "kilometre", "kilometer"),
