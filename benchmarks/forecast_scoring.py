@@ -20,8 +20,9 @@ Definitions (every forecaster is read the same way):
     reward R2  1 - SS(real - forecast) / SS(real - mean) of the per-step mean reward, all runs' steps pooled
 Forecasters:
     forecast   `grpolab.trust.forecast` from a pilot: the first-step episodes (with their shortcut edits) of the
-               runs of the *other* configs, re-scored under this run's weights; speed and KL scale fitted on the
-               other configs' runs only (leave one config out)
+               runs of the *other* configs, re-scored under this run's weights, plus the starting policy's own
+               episodes on the no-thought branch (`forced_branch.py`, where it has run; --no-branch leaves them
+               out); speed and KL scale fitted on the other configs' runs only (leave one config out)
     simulator  `grpolab.trust.simulate` as shipped before the forecast (fixed class profiles, step size 0.3),
                started from the pooled start
     naive      the replicator reading: each class moves as the sign of its mean group advantage in the run's own
@@ -51,6 +52,7 @@ from grpolab.trust.forecast import (
     ACCURACY_FILE,
     DEMO_PILOT_FILE,
     Pilot,
+    PilotEpisode,
     env_rescorer,
     forecast,
     pilot_from_rows,
@@ -77,6 +79,8 @@ def end_of(run: dict[str, Any]) -> Shares:
 
 def compare(forecast_move: Shares, forecast_end: Shares, start: Shares, end: Shares) -> dict[str, Any]:
     """One forecast against one real run (the definitions in the module's docstring)."""
+    forecast_move = {c: float(v) for c, v in forecast_move.items()}
+    forecast_end = {c: float(v) for c, v in forecast_end.items()}
     moved = {c: end[c] - start[c] for c in CLASSES if abs(end[c] - start[c]) >= MOVE}
     right = {
         c: (d > 0) == (forecast_move.get(c, 0.0) > 0) and abs(forecast_move.get(c, 0.0)) > 1e-3
@@ -125,9 +129,31 @@ def pilot_rows(runs: dict[str, dict[str, Any]], keys: list[str]) -> list[dict[st
     return [{**e, "group": f"{k}:{e.get('group')}"} for k in keys for e in runs[k]["episodes"]["1"]]
 
 
+BRANCH_CLASSES = ("dropped_thought",)
+"""Classes of `forced_branch.py`'s no-thought branch added to every pilot (as reached: sampled on a forced branch)."""
+
+
+def branch_episodes() -> list[PilotEpisode]:
+    """The starting policy's own episodes of the shortcut classes, sampled with the thought banned
+    (`forced_branch.py`); [] where that benchmark has not run."""
+    path = results_path("forced_branch")
+    if not path.is_file():
+        return []
+    rows = json.loads(path.read_text())["arms"]["no_thought"]["episodes"]
+    return [
+        PilotEpisode(f"branch:{r['group']}", r["class"], dict(r["components"]), float(r["tokens"]), reached=True)
+        for r in rows
+        if r["class"] in BRANCH_CLASSES
+    ]
+
+
 def make_pilot(runs: dict[str, dict[str, Any]], keys: list[str], rescore: Callable[..., Any]) -> Pilot:
     rows = pilot_rows(runs, keys)
-    return reach_shortcuts(pilot_from_rows(rows, f"first steps of {', '.join(keys)}"), rows, rescore)
+    pilot = reach_shortcuts(pilot_from_rows(rows, f"first steps of {', '.join(keys)}"), rows, rescore)
+    if BRANCH:  # the policy's own samples of a branch replace the edits of that class
+        kept = [e for e in pilot.episodes if not (e.reached and e.cls in BRANCH_CLASSES)]
+        pilot.episodes = kept + BRANCH
+    return pilot
 
 
 def forecast_curve(pilot: Pilot, run: dict[str, Any], speed: float, kl_scale: float = 1.0) -> list[dict[str, Any]]:
@@ -154,7 +180,7 @@ def fit(pilots: dict[str, Pilot], runs: dict[str, dict[str, Any]], keys: list[st
     real_kl = fc_kl = 0.0
     for k in keys:
         iters = forecast_curve(pilots[k], runs[k], speed)
-        for s, m in runs[k]["metrics"].items():
+        for s, m in runs[k].get("metrics", {}).items():
             if "kl" in m:
                 real_kl += m["kl"]
                 fc_kl += iters[int(s) - 1][KL]
@@ -205,6 +231,9 @@ def forecast_ends(iterations: list[dict[str, Any]], steps: int) -> tuple[Shares,
     return {c: end[c] - iterations[0][class_key(c)] for c in CLASSES}, end
 
 
+BRANCH: list[PilotEpisode] = []
+
+
 def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pilot]:
     """The scores, and the pilot of every run's first step (what the lab forecasts the demo's config from)."""
     keys = sorted(runs)
@@ -214,7 +243,7 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
     rescore = env_rescorer(env_for(cfg0), cfg0, model_token_counter(cfg0.model))
     pilots = {}
     for k in keys:  # the pilot of a run: the first steps of the other configs' runs (all runs but its own if one)
-        others = [o for o in keys if runs[o]["config"] != runs[k]["config"]] or [o for o in keys if o != k]
+        others = [o for o in keys if runs[o]["config"] != runs[k]["config"]] or [o for o in keys if o != k] or [k]
         pilots[k] = make_pilot(runs, others, rescore)
     fits = {}
     for c in configs:
@@ -235,9 +264,9 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
         per["forecast"][k] = {**compare(move, fc_end, start, end), "growing": result["growing"]}
         per["simulator"][k] = compare(*old_simulator(run, start), start, end)
         per["naive"][k] = compare(*naive(run, start), start, end)
-        for s, m in run["metrics"].items():
-            if REWARD_MEAN in m:
-                reward_pairs["forecast"].append((m[REWARD_MEAN], iters[int(s) - 1][REWARD_MEAN]))
+        for s, eps in run["episodes"].items():  # every episode of the step is logged: its mean is reward/mean
+            real = statistics.mean(float(e["total"]) for e in eps)
+            reward_pairs["forecast"].append((real, iters[int(s) - 1][REWARD_MEAN]))
         curves[k] = {
             "forecast": [{c: round(row[class_key(c)], 3) for c in CLASSES} for row in iters],
             "real": run["shares"],
@@ -300,14 +329,18 @@ def score_hack_set(speed: float) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-branch", action="store_true", help="pilots without forced_branch.py's episodes")
     ap.add_argument("--no-ship", action="store_true", help="do not write src/grpolab/trust/forecast_accuracy.json")
     args = ap.parse_args()
     runs = json.loads(results_path(RUNS_NAME).read_text())["runs"]
     t0 = time.perf_counter()
+    if not args.no_branch:
+        BRANCH.extend(branch_episodes())
     result, pilot = score_benchmark(runs)
+    result["branch_episodes"] = len(BRANCH)
     result["hack_detection_set"] = score_hack_set(result["shipped_fit"]["speed"])
     result["seconds"] = round(time.perf_counter() - t0, 1)
-    command = "python benchmarks/forecast_scoring.py"
+    command = "python benchmarks/forecast_scoring.py" + (" --no-branch" if args.no_branch else "")
     path = write_results("forecast_scoring", {"date": time.strftime("%Y-%m-%d"), "command": command, **result})
     s, ceil = result["scores"], result["ceiling"]
     for name, v in s.items():

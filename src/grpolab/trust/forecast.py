@@ -78,7 +78,9 @@ class PilotEpisode:
     components: dict[str, float]
     tokens: float
     reached: bool = False
-    """True for an edit of a sampled episode (a shortcut reached one step away), not a sample."""
+    """True where the episode is not a free sample of the policy: an edit of one (a shortcut one step away), or a
+    sample on a branch the policy was forced onto (`benchmarks/forced_branch.py`: the thought banned). Such a class
+    starts at REACH_FLOOR, not at its count."""
 
 
 @dataclass
