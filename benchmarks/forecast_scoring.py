@@ -7,7 +7,9 @@ weightings, 2 seeds each, all from one SFT seeding) and, as a second, noisier se
 benchmarks/results/hack_detection.json (6 episodes a step). Writes benchmarks/results/forecast_scoring.json and,
 unless --no-ship, src/grpolab/trust/forecast_accuracy.json (the fitted speed and KL scale, and the scores the
 forecast carries wherever it is shown) and src/grpolab/trust/demo_pilot.json (every run's first-step episodes with
-their shortcut edits: the lab's pilot for the demo's config).
+their shortcut edits: the lab's pilot for the demo's config), written only while the forecast scores no worse than
+the class-profile simulator on direction and winner (`beats`); otherwise it is removed and the lab keeps the
+simulator.
 
 Definitions (every forecaster is read the same way):
     start      the class shares every run starts from: all runs' first-step episodes pooled (they sample one
@@ -327,6 +329,12 @@ def score_hack_set(speed: float) -> dict[str, Any]:
     return {"forecast": summary(per), "ceiling": summary(ceiling), "per_run": per}
 
 
+def beats(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether the forecast may replace the class-profile simulator on the lab's page: no worse on direction and
+    on winner, on the same runs."""
+    return all(new[k] is not None and (old[k] is None or new[k] >= old[k]) for k in ("direction", "winner"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-branch", action="store_true", help="pilots without forced_branch.py's episodes")
@@ -338,6 +346,7 @@ def main() -> None:
         BRANCH.extend(branch_episodes())
     result, pilot = score_benchmark(runs)
     result["branch_episodes"] = len(BRANCH)
+    result["lab_forecasts"] = beats(result["scores"]["forecast"], result["scores"]["simulator"])
     result["hack_detection_set"] = score_hack_set(result["shipped_fit"]["speed"])
     result["seconds"] = round(time.perf_counter() - t0, 1)
     command = "python benchmarks/forecast_scoring.py" + (" --no-branch" if args.no_branch else "")
@@ -368,8 +377,13 @@ def main() -> None:
             )
             + "\n"
         )
-        DEMO_PILOT_FILE.write_text(json.dumps(pilot.to_json(), indent=1) + "\n")
-        print(f"wrote {ACCURACY_FILE} and {DEMO_PILOT_FILE}")
+        print(f"wrote {ACCURACY_FILE}")
+        if result["lab_forecasts"]:
+            DEMO_PILOT_FILE.write_text(json.dumps(pilot.to_json(), indent=1) + "\n")
+            print(f"wrote {DEMO_PILOT_FILE}: the lab forecasts the demo's config from it")
+        else:
+            DEMO_PILOT_FILE.unlink(missing_ok=True)
+            print("the forecast does not beat the class-profile simulator here: the lab keeps the simulator")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
 from grpolab.rundir.numbers import drawable, num
 from grpolab.rundir.snapshot import section
 from grpolab.trust.behaviour import HACK_CLASSES
+from grpolab.trust.forecast import load_accuracy
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     ALARMS,
@@ -112,6 +113,17 @@ def stat_cards(
     )
 
 
+def profile_accuracy_line() -> str:
+    """How often the class-profile simulator named a real run's moves (`benchmarks/forecast_scoring.py`)."""
+    sim = (load_accuracy().get("baselines") or {}).get("simulator")
+    if not sim:
+        return "Not scored on real runs in this checkout."
+    return (
+        f"On {sim['runs']} real runs it named the direction of {sim['direction']:.0%} of {sim['class_moves']} class "
+        f"moves and the winner of {sim['winner']:.0%} of runs."
+    )
+
+
 def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
     first, last = result["iterations"][0], result["iterations"][-1]
     runs = result["settings"]["runs"]
@@ -124,9 +136,9 @@ def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
         )
     else:
         source = (
-            f"class-profile simulator after {last['step']} iterations (mean of {runs} seeded runs; no pilot of "
-            f"this model and env: `grpolab simulate --pilot` forecasts from one); "
-            f"hack mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}"
+            f"class-profile simulator after {last['step']} iterations (mean of {runs} seeded runs; "
+            f"`grpolab simulate --pilot` forecasts from your model's own samples); "
+            f"hack mass {last[HACK_MASS]:.0%}, success {last[SUCCESS]:.0%}. {profile_accuracy_line()}"
         )
     alerts = "".join(message(w, "error") for w in result.get("warnings", []))
     grows = result.get("growing") or {}
