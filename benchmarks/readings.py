@@ -297,7 +297,39 @@ def _forecast(f: dict[str, Any]) -> list[str]:
         f"configs' runs (shipped: {f['shipped_fit']['speed']:.3g} on all). A class moved where its share changed by "
         "0.15 or more between the pooled first steps and the run's last two steps."
     )
-    return ["### Forecasting GRPO", "", para(text), "", *lines, "", *[f"- {line}" for line in runs]]
+    tail = [
+        "The lab "
+        + (
+            "forecasts the demo's config from the shipped pilot."
+            if f.get("lab_forecasts")
+            else "keeps the "
+            "class-profile simulator: the forecast does not score at least as well on direction and winner here."
+        )
+    ]
+    branch = load("forced_branch")
+    if branch:
+        free, banned = branch["arms"]["free"]["classes"], branch["arms"]["no_thought"]["classes"]
+        n = branch["prompts"] * branch["group"]
+        d = banned.get("dropped_thought", {"episodes": 0, "mean_total": 0.0, "solved": 0.0})
+        tail.append(
+            f"The seeded model's own no-thought branch (`{branch['command']}`, {n} episodes each way): with the "
+            f"thought banned, {d['episodes']} of {n} episodes are dropped_thought, mean reward {d['mean_total']:+.2f}, "
+            f"solved {pct(d['solved'])}; sampled freely, {free.get('dropped_thought', {}).get('episodes', 0)} of "
+            f"{n}. {f.get('branch_episodes', 0)} of these episodes join every pilot, and still the forecast keeps "
+            f"the class near its first-step share ({pct(f['start']['dropped_thought'])}): on a softmax over classes "
+            "a rare class grows in proportion to its share, where the real policy made it most episodes in 12 steps."
+        )
+    return [
+        "### Forecasting GRPO",
+        "",
+        para(text),
+        "",
+        *lines,
+        "",
+        *[f"- {line}" for line in runs],
+        "",
+        *[para(t) for t in tail],
+    ]
 
 
 TRANSFER = {
