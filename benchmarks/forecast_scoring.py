@@ -63,7 +63,7 @@ from grpolab.trust.forecast import (
 from grpolab.vocabulary import KL, REWARD_MEAN, class_key
 
 MOVE = 0.15
-SPEED_GRID = [float(x) for x in np.geomspace(0.3, 100, 26)]
+SPEED_GRID = [float(x) for x in np.geomspace(0.01, 100, 41)]
 RUNS = 32
 """Seeded forecast runs averaged per forecast."""
 Shares = dict[str, float]
@@ -158,8 +158,14 @@ def make_pilot(runs: dict[str, dict[str, Any]], keys: list[str], rescore: Callab
     return pilot
 
 
+NATURAL = [False]
+"""The forecast's geometry (`--geometry`): [True] for the natural-gradient step (`simulate.policy_step`)."""
+
+
 def forecast_curve(pilot: Pilot, run: dict[str, Any], speed: float, kl_scale: float = 1.0) -> list[dict[str, Any]]:
-    return forecast(pilot, config_of(run), steps=run["steps"], runs=RUNS, speed=speed, kl_scale=kl_scale)["iterations"]
+    return forecast(
+        pilot, config_of(run), steps=run["steps"], runs=RUNS, speed=speed, kl_scale=kl_scale, natural=NATURAL[0]
+    )["iterations"]
 
 
 def share_gap(iterations: list[dict[str, Any]], run: dict[str, Any]) -> float:
@@ -259,7 +265,13 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
         run, f = runs[k], fits[runs[k]["config"]]
         end = end_of(run)
         result = forecast(
-            pilots[k], config_of(run), steps=run["steps"], runs=RUNS, speed=f["speed"], kl_scale=f["kl_scale"]
+            pilots[k],
+            config_of(run),
+            steps=run["steps"],
+            runs=RUNS,
+            speed=f["speed"],
+            kl_scale=f["kl_scale"],
+            natural=NATURAL[0],
         )
         iters = result["iterations"]
         move, fc_end = forecast_ends(iters, run["steps"])
@@ -317,7 +329,9 @@ def score_hack_set(speed: float) -> dict[str, Any]:
         first = rec["episodes"][str(steps[0])]
         rows = [{"class": e["class"], "group": e["group"], "components": {"total": e["total"]}} for e in first]
         pilot = pilot_from_rows(rows, f"first step of {name}")
-        iters = forecast(pilot, cfg, steps=len(steps), runs=RUNS, speed=speed, weights={"total": 1.0})["iterations"]
+        iters = forecast(
+            pilot, cfg, steps=len(steps), runs=RUNS, speed=speed, weights={"total": 1.0}, natural=NATURAL[0]
+        )["iterations"]
         start = shares_of(first)
         end = shares_of([e for s in steps[-2:] for e in rec["episodes"][str(s)]])
         ends[name] = (rec["family"], start, end)
@@ -339,17 +353,35 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-branch", action="store_true", help="pilots without forced_branch.py's episodes")
     ap.add_argument("--no-ship", action="store_true", help="do not write src/grpolab/trust/forecast_accuracy.json")
+    ap.add_argument(
+        "--geometry",
+        choices=["natural", "euclidean"],
+        default="natural",
+        help="the forecast's policy step: natural (a class's logit moves by its mean advantage) or euclidean "
+        "(by its share times it, plain softmax policy gradient)",
+    )
     args = ap.parse_args()
+    NATURAL[0] = args.geometry == "natural"
     runs = json.loads(results_path(RUNS_NAME).read_text())["runs"]
     t0 = time.perf_counter()
     if not args.no_branch:
         BRANCH.extend(branch_episodes())
     result, pilot = score_benchmark(runs)
+    result["geometry"] = args.geometry
+    NATURAL[0] = not NATURAL[0]  # the other geometry on the same runs and pilots, for the comparison
+    other, _ = score_benchmark(runs)
+    NATURAL[0] = not NATURAL[0]
+    result["other_geometry"] = {
+        "geometry": "euclidean" if NATURAL[0] else "natural",
+        "scores": other["scores"]["forecast"],
+        "shipped_fit": other["shipped_fit"],
+    }
     result["branch_episodes"] = len(BRANCH)
     result["lab_forecasts"] = beats(result["scores"]["forecast"], result["scores"]["simulator"])
     result["hack_detection_set"] = score_hack_set(result["shipped_fit"]["speed"])
     result["seconds"] = round(time.perf_counter() - t0, 1)
     command = "python benchmarks/forecast_scoring.py" + (" --no-branch" if args.no_branch else "")
+    command += f" --geometry {args.geometry}"
     path = write_results("forecast_scoring", {"date": time.strftime("%Y-%m-%d"), "command": command, **result})
     s, ceil = result["scores"], result["ceiling"]
     for name, v in s.items():
@@ -366,6 +398,7 @@ def main() -> None:
                 {
                     "speed": result["shipped_fit"]["speed"],
                     "kl_scale": result["shipped_fit"]["kl_scale"],
+                    "natural": NATURAL[0],
                     "runs": result["runs"],
                     "scores": {**s["forecast"]},
                     "ceiling": ceil,

@@ -257,6 +257,16 @@ def _rate(x: float | None) -> str:
     return "n/a" if x is None else pct(x)
 
 
+def _end_mean(f: dict[str, Any], who: str, cls: str = "dropped_thought") -> float:
+    """Mean share of `cls` at the last step of each benchmark run, forecast or real (`curves` in the results)."""
+    ends = []
+    for curve in f["curves"].values():
+        rows = curve[who]
+        last = rows[-1] if isinstance(rows, list) else rows[max(rows, key=int)]
+        ends.append(last.get(cls, 0.0))
+    return sum(ends) / len(ends)
+
+
 def _forecast(f: dict[str, Any]) -> list[str]:
     """The forecast beside the ceiling and the baselines, then each run's real winner against the forecast's."""
     s, ceiling = f["scores"], f["ceiling"]
@@ -273,6 +283,13 @@ def _forecast(f: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {title} | {_rate(v['direction'])} of {v['class_moves']} | {_rate(v['winner'])} of {v['runs']} | "
             f"{v['share_error']:.2f} | {'n/a' if r2 is None else f'{r2:.2f}'} |"
+        )
+    other = f.get("other_geometry")
+    if other:
+        v, r2 = other["scores"], other["scores"].get("reward_r2")
+        lines.append(
+            f"| the same forecast, {other['geometry']} step | {_rate(v['direction'])} of {v['class_moves']} | "
+            f"{_rate(v['winner'])} of {v['runs']} | {v['share_error']:.2f} | {'n/a' if r2 is None else f'{r2:.2f}'} |"
         )
     lines.append(
         f"| ceiling: another seed's real run | {_rate(ceiling['direction'])} of {ceiling['class_moves']} | "
@@ -297,6 +314,12 @@ def _forecast(f: dict[str, Any]) -> list[str]:
         f"configs' runs (shipped: {f['shipped_fit']['speed']:.3g} on all). A class moved where its share changed by "
         "0.15 or more between the pooled first steps and the run's last two steps."
     )
+    if f.get("geometry") == "natural":
+        text += (
+            " The forecast steps in the natural geometry of the class softmax: a class's logit moves by its own mean "
+            "advantage (the Fisher-preconditioned step, which an adaptive optimiser such as Adam approximates), where "
+            "the euclidean step (plain softmax policy gradient) moves a rare class in proportion to its share."
+        )
     tail = [
         "The lab "
         + (
@@ -315,9 +338,9 @@ def _forecast(f: dict[str, Any]) -> list[str]:
             f"The seeded model's own no-thought branch (`{branch['command']}`, {n} episodes each way): with the "
             f"thought banned, {d['episodes']} of {n} episodes are dropped_thought, mean reward {d['mean_total']:+.2f}, "
             f"solved {pct(d['solved'])}; sampled freely, {free.get('dropped_thought', {}).get('episodes', 0)} of "
-            f"{n}. {f.get('branch_episodes', 0)} of these episodes join every pilot, and still the forecast keeps "
-            f"the class near its first-step share ({pct(f['start']['dropped_thought'])}): on a softmax over classes "
-            "a rare class grows in proportion to its share, where the real policy made it most episodes in 12 steps."
+            f"{n}. {f.get('branch_episodes', 0)} of these episodes join every pilot. From its first-step share "
+            f"({pct(f['start']['dropped_thought'])}) the forecast takes the class to {pct(_end_mean(f, 'forecast'))} "
+            f"on average over the runs' last step; the real runs took it to {pct(_end_mean(f, 'real'))}."
         )
     return [
         "### Forecasting GRPO",

@@ -14,9 +14,10 @@ Dynamics: R seeded runs of GRPO on a class-level policy. Each step samples P gro
 sampled episode the reward of a pilot episode of its class (drawn with replacement: a class's reward keeps its
 spread, which group normalisation turns into advantages), takes group-relative advantages as the trainer does
 (`scale_rewards`, `normalize_then_sum`), sums them by class and takes the clipped, KL-regularised step on the class
-logits with step size `speed`. `speed` and the KL scale are fitted on real runs (`benchmarks/forecast_scoring.py`,
-leaving each config out when scored); how often the forecast was right there is shipped beside it
-(`forecast_accuracy.json`) and shown wherever the forecast is.
+logits with step size `speed`, in the geometry the benchmark chose (`natural` in the accuracy file: a class's logit
+moves by its own mean advantage, not by its share times it). `speed` and the KL scale are fitted on real runs
+(`benchmarks/forecast_scoring.py`, leaving each config out when scored); how often the forecast was right there is
+shipped beside it (`forecast_accuracy.json`) and shown wherever the forecast is.
 
 What it cannot know is said, not drawn: a class with no pilot episode and no edit that reaches it is listed as
 unknown, and a pilot too small to trust is named.
@@ -293,6 +294,7 @@ def forecast(
     speed: float | None = None,
     kl_scale: float | None = None,
     weights: dict[str, float] | None = None,
+    natural: bool | None = None,
 ) -> dict[str, Any]:
     """`runs` seeded GRPO runs on the pilot's classes under `cfg`'s reward and GRPO settings: per-step means and a
     10-90% band, in the simulator's result shape (`grpolab.trust.simulate.simulate`), plus what it cannot know.
@@ -302,6 +304,7 @@ def forecast(
     acc = load_accuracy()
     speed = float(acc.get("speed", DEFAULT_SPEED)) if speed is None else speed
     kl_scale = float(acc.get("kl_scale", DEFAULT_KL_SCALE)) if kl_scale is None else kl_scale
+    natural = bool(acc.get("natural", False)) if natural is None else natural
     weights = dict(cfg.reward.weights if weights is None else weights)
     pools = pools_of(pilot, weights)
     w = np.array([weights.get(n, 0.0) for n in pools.names])
@@ -347,7 +350,7 @@ def forecast(
         hot = onehot[cls]  # (R, P, G, K)
         weight = (adv[..., None] * hot).sum((1, 2)) / (P * G)  # (R, K)
         adv_abs[t] = np.abs(adv).mean((1, 2))
-        theta = policy_step(theta, pi_old, weight, log_p0, speed, g.beta, g.epsilon, g.mu)
+        theta = policy_step(theta, pi_old, weight, log_p0, speed, g.beta, g.epsilon, g.mu, natural)
         history[t] = np.exp(theta - np.logaddexp.reduce(theta, -1, keepdims=True))
     return _result(pilot, pools, history, adv_abs, mean_reward, mean_comps, p0, cfg, weights, speed, kl_scale, acc)
 

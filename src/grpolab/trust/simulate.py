@@ -210,6 +210,10 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+NATURAL_FLOOR = 1e-6
+"""Classes below this share take no natural-gradient step (their logit would jump without bound)."""
+
+
 def policy_step(
     theta: np.ndarray,
     pi_old: np.ndarray,
@@ -219,10 +223,15 @@ def policy_step(
     beta: float,
     epsilon: float,
     mu: int,
+    natural: bool = False,
 ) -> np.ndarray:
     """One GRPO iteration on (R, K) class logits: `mu` epochs of the clipped surrogate whose (R, K) `weight` is each
     class's summed advantage over the batch, with the KL(pi || pi_0) penalty taken as a proximal step. A class at
-    probability 0 (logit -inf) stays there."""
+    probability 0 (logit -inf) stays there.
+
+    `natural` takes the step in the softmax's natural (Fisher) geometry: a class's logit moves by its own mean
+    advantage, not by its share times it (the preconditioned step an adaptive optimiser such as Adam approximates;
+    on forecast_scoring's runs it scores better than the plain step)."""
     shrink = lr * beta
     for epoch in range(mu):
         if epoch == 0:  # ratio = 1 on the first epoch: nothing is clipped yet
@@ -233,7 +242,10 @@ def policy_step(
             # the clipped surrogate's gradient vanishes where the clip binds in the advantage's direction
             active = ~(((weight > 0) & (ratio > 1 + epsilon)) | ((weight < 0) & (ratio < 1 - epsilon)))
             coef = weight * ratio * active  # d ratio / d theta = ratio * d log pi
-        grad = coef - coef.sum(-1, keepdims=True) * pi
+        if natural:  # F^-1 g of the softmax: weight / pi, up to a shift the softmax ignores
+            grad = np.divide(coef, pi, out=np.zeros_like(coef), where=pi > NATURAL_FLOOR)
+        else:
+            grad = coef - coef.sum(-1, keepdims=True) * pi
         # mirror-descent step with the KL(pi || pi_0) penalty taken in closed form (proximal), which stays
         # stable for any beta: pi_new ~ ((pi * exp(lr * grad)) * pi_0 ** (lr * beta)) ** (1 / (1 + lr * beta))
         theta = (theta + lr * grad + shrink * log_p0) / (1 + shrink)
