@@ -55,6 +55,7 @@ from grpolab.trust.forecast import (
     DEMO_PILOT_FILE,
     Pilot,
     PilotEpisode,
+    env_references,
     env_rescorer,
     forecast,
     pilot_from_rows,
@@ -149,9 +150,16 @@ def branch_episodes() -> list[PilotEpisode]:
     ]
 
 
+REFERENCE_ON = [True]
+REFERENCE: list[Callable[..., Any] | None] = [None]
+"""The env's reference solutions (`env_references`) that every pilot reaches; [None] with --no-reference."""
+
+
 def make_pilot(runs: dict[str, dict[str, Any]], keys: list[str], rescore: Callable[..., Any]) -> Pilot:
     rows = pilot_rows(runs, keys)
-    pilot = reach_shortcuts(pilot_from_rows(rows, f"first steps of {', '.join(keys)}"), rows, rescore)
+    pilot = reach_shortcuts(
+        pilot_from_rows(rows, f"first steps of {', '.join(keys)}"), rows, rescore, reference=REFERENCE[0]
+    )
     if BRANCH:  # the policy's own samples of a branch replace the edits of that class
         kept = [e for e in pilot.episodes if not (e.reached and e.cls in BRANCH_CLASSES)]
         pilot.episodes = kept + BRANCH
@@ -248,7 +256,11 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
     configs = sorted({runs[k]["config"] for k in keys})
     start = shares_of([e for k in keys for e in runs[k]["episodes"]["1"]])
     cfg0 = config_of(runs[keys[0]])
-    rescore = env_rescorer(env_for(cfg0), cfg0, model_token_counter(cfg0.model))
+    env0 = env_for(cfg0)
+    count_tokens = model_token_counter(cfg0.model)
+    rescore = env_rescorer(env0, cfg0, count_tokens)
+    if REFERENCE_ON[0]:
+        REFERENCE[0] = env_references(env0, count_tokens)
     pilots = {}
     for k in keys:  # the pilot of a run: the first steps of the other configs' runs (all runs but its own if one)
         others = [o for o in keys if runs[o]["config"] != runs[k]["config"]] or [o for o in keys if o != k] or [k]
@@ -352,6 +364,7 @@ def beats(new: dict[str, Any], old: dict[str, Any]) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-branch", action="store_true", help="pilots without forced_branch.py's episodes")
+    ap.add_argument("--no-reference", action="store_true", help="pilots without the env's reference solutions")
     ap.add_argument("--no-ship", action="store_true", help="do not write src/grpolab/trust/forecast_accuracy.json")
     ap.add_argument(
         "--geometry",
@@ -362,12 +375,14 @@ def main() -> None:
     )
     args = ap.parse_args()
     NATURAL[0] = args.geometry == "natural"
+    REFERENCE_ON[0] = not args.no_reference
     runs = json.loads(results_path(RUNS_NAME).read_text())["runs"]
     t0 = time.perf_counter()
     if not args.no_branch:
         BRANCH.extend(branch_episodes())
     result, pilot = score_benchmark(runs)
     result["geometry"] = args.geometry
+    result["references"] = REFERENCE_ON[0]
     NATURAL[0] = not NATURAL[0]  # the other geometry on the same runs and pilots, for the comparison
     other, _ = score_benchmark(runs)
     NATURAL[0] = not NATURAL[0]
@@ -381,6 +396,7 @@ def main() -> None:
     result["hack_detection_set"] = score_hack_set(result["shipped_fit"]["speed"])
     result["seconds"] = round(time.perf_counter() - t0, 1)
     command = "python benchmarks/forecast_scoring.py" + (" --no-branch" if args.no_branch else "")
+    command += " --no-reference" if args.no_reference else ""
     command += f" --geometry {args.geometry}"
     path = write_results("forecast_scoring", {"date": time.strftime("%Y-%m-%d"), "command": command, **result})
     s, ceil = result["scores"], result["ceiling"]

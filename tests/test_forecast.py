@@ -110,6 +110,31 @@ def test_a_shortcut_nobody_sampled_is_reached_by_an_edit_and_grows_when_paid():
     assert reach_shortcuts(PILOT, rows, rescore, thought_required=False) is PILOT
 
 
+def test_the_envs_reference_solution_reaches_the_honest_class_once_per_task(finance):
+    """A pilot that never solved a task still forecasts the honest class: each task's reference solution, scored by
+    the env's own reward and classified like a sample, joins the pilot as a reached episode (once per task)."""
+    from grpolab.models import model_token_counter
+    from grpolab.trust.forecast import env_references, env_rescorer
+
+    config = cfg({"format": 1, "schema": 1.5, "completion": 3, "length": -0.05}, env="finance")
+    count = model_token_counter(config.model)
+    tasks = finance.tasks("train")[:2]
+    rows = [{"task_id": t.id, "group": t.id, "text": "", "components": {}} for t in tasks for _ in range(2)]
+    unsolved = Pilot([e for e in PILOT.episodes if e.cls != "grounded_correct"], "never solved")
+    reached = reach_shortcuts(unsolved, rows, lambda row, text: None, reference=env_references(finance, count))
+    assert reached.episodes == unsolved.episodes  # nothing scored: nothing added
+    reached = reach_shortcuts(
+        unsolved, rows, env_rescorer(finance, config, count), reference=env_references(finance, count)
+    )
+    added = [e for e in reached.episodes if e.reached]
+    assert [e.group for e in added] == [f"reference:{t.id}" for t in tasks]
+    assert {e.cls for e in added} == {"grounded_correct"}
+    assert all(e.components["completion"] == 1.0 and e.tokens > 20 for e in added)
+    paid = forecast(reached, config, steps=20, speed=1)
+    assert paid["classes"]["grounded_correct"]["initial"] > 0 and "grounded_correct" in paid["growing"]
+    assert env_references(finance, count)({"task_id": "no-such-task"}) is None
+
+
 def test_pilot_rows_without_finite_components_are_left_out_and_counted():
     rows = [
         {"components": {"completion": 1.0}, "valid_calls": 1, "tokens": 50},

@@ -34,7 +34,14 @@ from grpolab.models import model_token_counter
 from grpolab.rundir import RunDir
 from grpolab.rundir.snapshot import drawable_metrics
 from grpolab.trust.behaviour import classify_episode
-from grpolab.trust.forecast import env_rescorer, forecast, load_accuracy, pilot_from_rows, reach_shortcuts
+from grpolab.trust.forecast import (
+    env_references,
+    env_rescorer,
+    forecast,
+    load_accuracy,
+    pilot_from_rows,
+    reach_shortcuts,
+)
 from grpolab.trust.simulate import (
     DEFAULT_KL_SCALE,
     DEFAULT_LR,
@@ -130,10 +137,10 @@ def _forecast(
     environment = env_for(cfg)
     rows = calibration_rows(source)
     sampled = pilot_from_rows(rows, str(source), environment.thought_required)
-    rescore = env_rescorer(environment, cfg, model_token_counter(cfg.model))
-    result = forecast(
-        reach_shortcuts(sampled, rows, rescore, environment.thought_tag, environment.thought_required), cfg, steps, runs
-    )
+    count_tokens = model_token_counter(cfg.model)
+    rescore, reference = env_rescorer(environment, cfg, count_tokens), env_references(environment, count_tokens)
+    reached = reach_shortcuts(sampled, rows, rescore, environment.thought_tag, environment.thought_required, reference)
+    result = forecast(reached, cfg, steps, runs)
     if json:
         print_json(result)
         return
@@ -158,7 +165,7 @@ def print_forecast(result: dict[str, Any]) -> None:
     p = result["pilot"]
     console.print(Text("forecast", style="bold") + Text(f" from {p['episodes']} pilot episodes ({p['source']})"))
     for name, c in result["classes"].items():
-        how = "reached by an edit" if c["reached_by_edit"] else f"{c['pilot_episodes']} sampled"
+        how = "reached, not sampled" if c["reached_by_edit"] else f"{c['pilot_episodes']} sampled"
         console.print(
             f"  {name:<18} reward {c['reward']:+.2f}   p {c['initial']:.2f} -> {c['final']:.2f}   ({how})", markup=False
         )
@@ -171,7 +178,8 @@ def print_forecast(result: dict[str, Any]) -> None:
         grows = ", ".join(f"{c} {a:.0%} -> {b:.0%}" for c, (a, b) in result["growing"].items())
         console.print(f"growing: {grows}", markup=False)
     if result["unknown"]:
-        console.print(f"cannot forecast (no pilot episode, no edit reaches them): {', '.join(result['unknown'])}")
+        unknown = ", ".join(result["unknown"])
+        console.print(f"cannot forecast (no pilot episode, no edit or reference reaches them): {unknown}")
     for note in result["notes"]:
         console.print(f"note: {note}", markup=False)
     for warning in result["warnings"]:

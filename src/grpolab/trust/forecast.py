@@ -8,7 +8,8 @@ behaviour classes a real run's "What GRPO changed" uses (`grpolab.trust.behaviou
 Shortcuts nobody sampled yet are reached from the pilot's own transcripts (`reach_shortcuts`): each pilot episode
 with a thought and a valid call is edited one step (thought dropped, thought emptied) and re-scored; a class reached
 only this way starts at `REACH_FLOOR` of an episode's share (half an episode of the pilot), so the forecast shows
-whether the weights pay for it, not how soon a real policy stumbles on it.
+whether the weights pay for it, not how soon a real policy stumbles on it. The env's reference solution of each pilot
+task joins the same way (`env_references`): honest work the pilot may not have sampled yet.
 
 Dynamics: R seeded runs of GRPO on a class-level policy. Each step samples P groups of G classes, gives each
 sampled episode the reward of a pilot episode of its class (drawn with replacement: a class's reward keeps its
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ import numpy as np
 
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
-from grpolab.protocol import THOUGHT_TAG, render_thought
+from grpolab.protocol import THOUGHT_TAG, parse_transcript, render_thought
 from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
 from grpolab.trust.simulate import MAX_CLASS_REWARD, policy_step, warnings
 from grpolab.vocabulary import (
@@ -166,15 +167,19 @@ def reach_shortcuts(
     rescore: Callable[[dict[str, Any], str], dict[str, float] | None],
     thought_tag: str = THOUGHT_TAG,
     thought_required: bool = True,
+    reference: Callable[[dict[str, Any]], tuple[str, float] | None] | None = None,
 ) -> Pilot:
-    """Add the shortcut edits (`SHORTCUT_EDITS`) of the pilot rows that have a thought and a valid call.
+    """Add the shortcut edits (`SHORTCUT_EDITS`) of the pilot rows that have a thought and a valid call, and, where
+    `reference(row)` gives the task's reference solution (text, policy tokens), that solution once per task (the
+    honest work the lab's probes score: a class the pilot may not have sampled yet, as a policy seeded on references
+    can reach it).
 
     `rescore(row, text)` gives the unweighted components of `text` on `row`'s task (None where it cannot). Each
     edit's components are the row's recorded ones plus what the edit changed (edit rescored minus the original
     rescored), so the recorded token count stays the length's reference."""
+    added = list(_references(rows, rescore, reference, thought_required)) if reference else []
     if not thought_required:
-        return pilot
-    added = []
+        return Pilot([*pilot.episodes, *added], pilot.source, pilot.seconds, list(pilot.notes)) if added else pilot
     for i, row in enumerate(rows):
         text = str(row.get("text") or "")
         if not text or not row.get("valid_calls") or not isinstance(row.get("components"), dict):
@@ -191,6 +196,28 @@ def reach_shortcuts(
             tokens = float(row.get("tokens") or 0.0) * (len(edited or "") / max(len(text), 1))
             added.append(PilotEpisode(f"edit:{i}", cls, comps, tokens, reached=True))
     return Pilot([*pilot.episodes, *added], pilot.source, pilot.seconds, list(pilot.notes))
+
+
+def _references(
+    rows: Sequence[dict[str, Any]],
+    rescore: Callable[[dict[str, Any], str], dict[str, float] | None],
+    reference: Callable[[dict[str, Any]], tuple[str, float] | None],
+    thought_required: bool,
+) -> Iterator[PilotEpisode]:
+    """One reached episode per task of `rows`: its reference solution, scored and classified like a sampled one."""
+    seen: set[str] = set()
+    for row in rows:
+        task_id = str(row.get("task_id"))
+        if task_id in seen:
+            continue
+        seen.add(task_id)
+        solution = reference(row)
+        comps = rescore(row, solution[0]) if solution else None
+        if solution is None or comps is None:
+            continue
+        text, tokens = solution
+        scored = {"text": text, "components": comps, "valid_calls": len(parse_transcript(text).calls), "tokens": tokens}
+        yield PilotEpisode(f"reference:{task_id}", classify_episode(scored, thought_required), comps, tokens, True)
 
 
 def demo_pilot(cfg: LabConfig) -> Pilot | None:
@@ -422,7 +449,7 @@ def _result(
             c: {
                 "reward": float(mean_reward[i]),
                 "pilot_episodes": int(pools.counts[i]),
-                "reached_by_edit": bool(pools.reached[i] and not pools.counts[i]),
+                "reached_by_edit": bool(pools.reached[i] and not pools.counts[i]),  # or by a reference
                 "solved": float(pools.solved[i]),
                 "tokens": float(pools.tokens[i]),
                 "initial": float(p0[i]),
@@ -472,3 +499,23 @@ def env_rescorer(
         return {k: float(v) for k, v in s.components.items() if np.isfinite(v)}
 
     return rescore
+
+
+def env_references(
+    env: Any, count_tokens: Callable[[str], int]
+) -> Callable[[dict[str, Any]], tuple[str, float] | None]:
+    """`reference(row)` for `reach_shortcuts`: the env's reference solution of the row's task and its policy tokens
+    (tool responses are the environment's); None where the task is unknown."""
+    tasks = {t.id: t for split in ("train", "heldout") for t in env.tasks(split)}
+
+    def reference(row: dict[str, Any]) -> tuple[str, float] | None:
+        task = tasks.get(str(row.get("task_id")))
+        if task is None or not (task.reference_answer or task.reference_calls):
+            return None
+        try:
+            parts = env.reference_parts(task)
+        except Exception:  # a user env's tools may fail on its own reference: the forecast goes on without it
+            return None
+        return "".join(t for t, _ in parts), float(sum(count_tokens(t) for t, mine in parts if mine))
+
+    return reference

@@ -22,7 +22,7 @@ from grpolab.errors import UserError
 from grpolab.metrics import episode_row, mean, reward_means, tool_call_prob
 from grpolab.models import token_counter
 from grpolab.rewards.score import score_episodes, score_transcript
-from grpolab.trust.forecast import env_rescorer, forecast, pilot_from_rows, reach_shortcuts
+from grpolab.trust.forecast import env_references, env_rescorer, forecast, pilot_from_rows, reach_shortcuts
 from grpolab.trust.probes import gameable_lines, run_probes, worst_by_probe
 from grpolab.trust.shortcuts import best_by_shortcut, paid_lines, run_shortcuts
 from grpolab.vocabulary import FRAC_ZERO_STD, TOOL_CALL_PROB
@@ -236,11 +236,10 @@ def forecast_summary(
     steps, what it cannot know, and how often it was right on real runs."""
     pilot = pilot_from_rows(rows, "the smoke test's episodes", env.thought_required)
     pilot.seconds = seconds
-    rescore = env_rescorer(env, cfg, count_tokens)
+    rescore, reference = env_rescorer(env, cfg, count_tokens), env_references(env, count_tokens)
     try:
-        result = forecast(
-            reach_shortcuts(pilot, rows, rescore, env.thought_tag, env.thought_required), cfg, cfg.train.steps
-        )
+        reached = reach_shortcuts(pilot, rows, rescore, env.thought_tag, env.thought_required, reference)
+        result = forecast(reached, cfg, cfg.train.steps)
     except UserError as exc:
         return {"error": str(exc)}
     notes = list(result["notes"])
