@@ -294,6 +294,7 @@ def test_train_demo_and_export_model_print_paths_literally(cli, tmp_path, monkey
         eval_summary=lambda: {"base": {}, "0": {"heldout/n": 2.0}, "1": {}},
         eval_labels=lambda: ["base", "0", "1"],
         metrics=lambda: [],
+        sft=lambda: None,
         has_steps=lambda: False,
     )
     monkeypatch.setattr(grpolab.cli.train, "run_training", lambda cfg, out, **kw: fake)

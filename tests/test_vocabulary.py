@@ -91,6 +91,7 @@ def test_the_eval_summary_writes_what_eval_declares():
     summary = heldout_summary([episode("a", True), episode("b", False)])  # mixed kinds: the per-kind family too
     summary.update(probe_fields([EPISODE_ROW], True, 0.0))  # what the run loop adds with watch.probe_tasks on
     summary.update(probe_cost(1.5, 6.0))
+    summary["heldout/seconds"] = 6.0  # what the run loop adds: the evaluation's time (`grpolab.run.timing` reads it)
     assert_writes_what_it_declares(EVAL, summary)
 
 

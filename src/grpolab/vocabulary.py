@@ -188,6 +188,9 @@ HELDOUT_SCHEMA = _declare(
 )
 HELDOUT_REWARD = _declare("heldout/reward", "held-out mean total reward", "reward", (EVAL,), label="reward")
 HELDOUT_N = _declare("heldout/n", "held-out episodes scored", "count", (EVAL,))
+HELDOUT_SECONDS = _declare(
+    "heldout/seconds", "seconds the held-out evaluation took (decoding and scoring)", "s", (EVAL,), optional=True
+)
 HELDOUT_OF_KIND = _declare(
     "heldout/METRIC/KIND",
     "heldout/success and heldout/n per task kind (only when the held-out tasks mix kinds)",

@@ -33,6 +33,7 @@ from grpolab.envs import env_for
 from grpolab.errors import UserError
 from grpolab.files.outputs import output_folder
 from grpolab.run.loop import train as run_training
+from grpolab.run.timing import time_lines
 from grpolab.rundir import RunDir
 from grpolab.vocabulary import CONVERGENCE, HELDOUT_HEADLINE, HELDOUT_N, HELDOUT_SUCCESS, SPECS, SUCCESS
 
@@ -201,6 +202,8 @@ def demo(
     base, start, end = (summary.get(label, {}).get(HELDOUT_SUCCESS) for label in labels)
     if base is not None and start is not None and end is not None and end > base:
         console.print(f"share of the gain over the base model made by GRPO: {(end - start) / (end - base):.0%}")
+    for line in time_lines(run, minutes * 60):
+        console.print(line, markup=False)
     console.print(f"run dir: {run.path}   ({minutes:.1f} min, {int(summary['0'][HELDOUT_N])} held-out tasks)")
 
 

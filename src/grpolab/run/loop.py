@@ -35,7 +35,7 @@ from grpolab.trust.alarms import AlarmWatch
 from grpolab.trust.drift import step_behaviour
 from grpolab.trust.preflight import probe_report
 from grpolab.trust.probe import probe_cost, probe_fields
-from grpolab.vocabulary import ALARMS, HELDOUT_SCHEMA, HELDOUT_SUCCESS, HELDOUT_TOOL_CALL_PROB
+from grpolab.vocabulary import ALARMS, HELDOUT_SCHEMA, HELDOUT_SECONDS, HELDOUT_SUCCESS, HELDOUT_TOOL_CALL_PROB
 
 
 def summary_line(summary: dict[str, float]) -> str:
@@ -55,6 +55,7 @@ def _evaluate(run: RunDir, label: str, model: Any, tokenizer: Any, env: Environm
     heldout_start = time.perf_counter()
     summary, episodes = evaluate(model, tokenizer, env, cfg)
     heldout_s = time.perf_counter() - heldout_start
+    summary = {**summary, HELDOUT_SECONDS: heldout_s}
     if cfg.watch.probe_tasks and env.tasks("train"):  # an env with no train task has nothing to probe
         probe_start = time.perf_counter()
         found, probed = evaluate(model, tokenizer, env, cfg, "train", cfg.watch.probe_tasks)
@@ -81,9 +82,10 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
         return
     model, tokenizer, reference = build_policy(cfg)
     if eval_base:
+        start = time.perf_counter()
         with model.disable_adapter() if reference is None else nullcontext():
             summary, episodes = evaluate(model, tokenizer, env, cfg)
-        _record_eval(run, "base", summary, episodes)
+        _record_eval(run, "base", {**summary, HELDOUT_SECONDS: time.perf_counter() - start}, episodes)
         progress.note(f"base model held-out: {summary_line(summary)}")
     progress.note(f"SFT warm start: {cfg.train.sft_steps} steps on reference transcripts")
     t = cfg.train
