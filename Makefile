@@ -33,8 +33,6 @@ bench: setup
 	$(PY) benchmarks/step_cost.py --sft-steps 10
 	$(PY) benchmarks/step_cost.py --sft-steps 10 --engine int8
 	$(PY) benchmarks/decode_step.py
-	$(PY) benchmarks/update_padding.py
-	$(PY) benchmarks/int8_mismatch.py
 	$(PY) benchmarks/vs_trl.py --rounds 2
 	$(PY) benchmarks/vs_trl.py --shape demo --rounds 3
 	$(PY) benchmarks/learning.py --steps 10 --arms seeded+grpo sft-matched

@@ -59,7 +59,7 @@ def _step_cost(r: dict) -> str:
     unit = ""
     if "per_unit" in r:
         u = r["per_unit"]
-        pad = r.get("group_padding_per_step") or [p["group_rectangle"] for p in r["padding_per_step"]]
+        pad = r["group_padding_per_step"]
         unit = (
             f". Per unit of work: decode {u['decode_ms_per_token']:.1f} ms per decoded token, reference + "
             f"forward + backward {u['update_ms_per_policy_token']:.1f} ms per policy token; a group padded to its "
@@ -103,28 +103,6 @@ def _decode_step(d: dict) -> str:
             else ""
         )
         + f"bound {d['bound_ms']:.0f} ms at {d['bandwidth_gbs']:.1f} GB/s read"
-    )
-
-
-def _update_padding(d: dict) -> str:
-    b, pos = d["best_seconds"], d["positions"]
-    ratios = d["padded_over_sorted_per_round"]
-    text = (
-        f"{d['episodes']} episodes of one demo rollout ({min(d['completion_lengths'])}-{max(d['completion_lengths'])} "
-        f"tokens), best of {len(d['seconds']['sorted/update'])} interleaved rounds: forward + backward "
-        f"{b['padded/update']:.1f} s padded -> {b['sorted/update']:.1f} s length-sorted (per round "
-        f"{min(ratios['update']):.2f}-{max(ratios['update']):.2f}x), no-gradient forward (the reference pass) "
-        f"{b['padded/reference']:.1f} -> {b['sorted/reference']:.1f} s ({min(ratios['reference']):.2f}-"
-        f"{max(ratios['reference']):.2f}x); positions run {pos['padded']:,} -> {pos['sorted']:,}"
-    )
-    if "shared/update" not in b:
-        return text
-    shared = d["sorted_over_shared_per_round"]
-    return text + (
-        f"; one prompt pass per group ({len(d['micro_batches']['shared'])} micro-batches): forward + backward "
-        f"{b['sorted/update']:.1f} -> {b['shared/update']:.1f} s ({min(shared['update']):.2f}-"
-        f"{max(shared['update']):.2f}x), reference {b['sorted/reference']:.1f} -> {b['shared/reference']:.1f} s "
-        f"({min(shared['reference']):.2f}-{max(shared['reference']):.2f}x), positions {pos['shared']:,}"
     )
 
 
@@ -273,36 +251,9 @@ def rows() -> list[str]:
     r = load("step_cost")
     if r:
         out.append(f"| GRPO step of the demo config, roofline | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
-    r = load("step_cost_unshared")
-    if r:
-        out.append(
-            f"| the same before one prompt pass per group and the one-exp LM head (run just before the row above) | "
-            f"{_step_cost(r)} | `{r['command']}` with src/ at commit {r.get('commit', '?')} | {r['date']} |"
-        )
-    r = load("step_cost_notrim")
-    if r:
-        out.append(
-            f"| the same without the heap trim between phases (its pair with the trim: CHANGELOG.md, Throughput) | "
-            f"{_step_cost(r)} | "
-            f"`{r['command']}` with src/ at commit {r.get('commit', '?')} | {r['date']} |"
-        )
-    r = load("step_cost_before")
-    if r:
-        out.append(
-            f"| the same before packed rollout weights and the unpadded update (run back to back with the "
-            f"intermediate cut 8f36d64, not with the rows above: CHANGELOG.md, Throughput) | {_step_cost(r)} | "
-            f"`{r['command']}` at commit {r.get('commit', '?')} | {r['date']} |"
-        )
     d = load("decode_step")
     if d:
         out.append(f"| one decode step of the demo's rollout | {_decode_step(d)} | `{d['command']}` | {d['date']} |")
-    d = load("update_padding")
-    if d:
-        out.append(
-            f"| the update on the same episodes: each group padded to its longest, length-sorted calls, one prompt "
-            f"pass per group | "
-            f"{_update_padding(d)} | `{d['command']}` | {d['date']} |"
-        )
     r = load("step_cost_int8")
     if r:
         out.append(f"| the same, int8 rollouts | {_step_cost(r)} | `{r['command']}` | {r['date']} |")
@@ -310,15 +261,6 @@ def rows() -> list[str]:
     if v:
         model = v["setting"]["model"]
         out.append(f"| GRPO step, native vs TRL ({model}, fp32) | {_vs_trl(v)} | `{v['command']}` | {v['date']} |")
-    m = load("int8_mismatch")
-    if m:
-        fig = "; ".join(
-            f"{name}: k3 {max(c['k3_per_token'], 0):.4f} per token, {pct(c['ratio_out'])} of ratios outside [0.9, 1.1]"
-            for name, c in m["copies"].items()
-        )
-        fig += f" ({m['cpu_capability']}, W8A8 activations {'8' if m['w8a8_full_activation_range'] else '7'}-bit)"
-        what = f"int8 rollout copies against the fp32 policy ({m['episodes_per_copy']} sampled episodes each)"
-        out.append(f"| {what} | {fig} | `{m['command']}` | {m['date']} |")
     v = load("vs_trl_demo")
     if v:
         fig = (
@@ -369,30 +311,6 @@ def rows() -> list[str]:
             f"| τ²-bench retail, base SmolLM2, solo setting (docs/stateful.md) | {fig} | `{t['command']}` | "
             f"{t['date']} |"
         )
-    s = load("shared_prefill")
-    if s:
-        tokens, best = s["prompt_tokens"], s["best_s"]
-        fig = (
-            f"{s['tasks']} prompts of {min(tokens)}-{max(tokens)} tokens sharing their first {s['shared_tokens']}: "
-            f"prefill {best['whole']:.1f} s every prompt whole -> {best['shared']:.1f} s with the shared start once "
-            f"({s['speedup']:.1f}x); first tokens {'identical' if s['same_first_tokens'] else 'DIFFERENT'}, their "
-            f"log-probs within {s['max_first_logprob_diff']:.1e}"
-        )
-        out.append(f"| τ²-bench retail prefill, the shared start once | {fig} | `{s['command']}` | {s['date']} |")
-    a = load("alarm_replay_demo")
-    if a:
-        out.append(
-            f"| the demo's alarms replayed, every component flagged at once vs shaping components waiting "
-            f"{a['shaping_patience']} steps | {len(a['now'])} steps replayed; before: {_alarm_steps(a['before'])}; "
-            f"now: {_alarm_steps(a['now'])}; "
-            f"the replay equals the run's own alarms: {a['matches_logged']}"
-            + (
-                f"; at this version's [watch] defaults: {_alarm_steps(a['at_watch_defaults'])}"
-                if a.get("at_watch_defaults")
-                else ""
-            )
-            + f" | `{a['command']}` | {a['date']} |"
-        )
     h = load("hack_detection")
     if h:
         out.append(
@@ -425,28 +343,6 @@ def rows() -> list[str]:
     return out
 
 
-def _alarm_steps(by_step: dict[str, list[str]]) -> str:
-    """`attribution:schema at steps 6-9, drift:... at 9-20`: each alarm with the steps it fired at."""
-    steps: dict[str, list[int]] = {}
-    for step, names in sorted(by_step.items(), key=lambda kv: int(kv[0])):
-        for name in names:
-            steps.setdefault(name, []).append(int(step))
-    if not steps:
-        return "no alarm"
-    return ", ".join(f"{name} at steps {_spans(s)}" for name, s in steps.items())
-
-
-def _spans(steps: list[int]) -> str:
-    """[6, 7, 8, 9, 12] -> '6-9, 12'."""
-    spans: list[list[int]] = []
-    for s in steps:
-        if spans and s == spans[-1][1] + 1:
-            spans[-1][1] = s
-        else:
-            spans.append([s, s])
-    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
-
-
 def _machine(result: dict) -> str | None:
     """How a result describes the machine it ran on: the results writer's block, or an older script's string."""
     m = result.get("machine")
@@ -477,7 +373,8 @@ HEADER = """# Results
 Written whole by `.venv/bin/python benchmarks/readme_table.py` from the JSON files the benchmarks leave in
 `benchmarks/results/`; do not edit it by hand (`make test` fails while it is stale). Each row names the command
 that wrote its JSON: run it alone, one at a time (on 2 cores a number measured beside another job is not a number).
-Earlier readings, and the before/after history of each change, are in CHANGELOG.md.
+Earlier readings, and the before/after history of each change, are in CHANGELOG.md; the one-off benchmarks
+retired from benchmarks/, with their figures, in docs/decisions.md.
 """
 
 

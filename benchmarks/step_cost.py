@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/step_cost.py [--steps 3] [--sft-steps 20] [--engine exact|int8] [--model smollm2]
         [--results NAME]
 
-Before and after a change: run it with PYTHONPATH pointing at a checkout of the old code (`--results
-step_cost_before`), then at once without; the JSON records the commit measured.
+Before and after a change: run it with PYTHONPATH pointing at a checkout of the old code (`--results NAME`, a file
+docs/results.md does not show), then at once without; the JSON records the commit measured.
 
 In one process: (1) this machine's roofs (`common.matmul_peaks`: the best kernel's GFLOP/s per precision, and the
 read bandwidth), (2) the demo's

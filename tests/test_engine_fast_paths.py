@@ -213,8 +213,6 @@ def test_shared_prefix_stats_match_the_plain_forward(tiny, finance):
     assert any(g.abs().sum() > 0 for g in shared_grads)
     for a, b in zip(plain_grads, shared_grads):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3), (a - b).abs().max()
-    padded, _ = group_token_stats(model, prompt, comps, masks, tok.pad_token_id, padded=True)  # the baseline
-    assert torch.allclose(padded.logp, shared.logp, atol=1e-5)
 
 
 def test_a_group_split_into_parts_runs_its_prompt_once_with_the_same_gradients(tiny, finance, monkeypatch):

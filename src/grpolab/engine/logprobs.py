@@ -229,16 +229,14 @@ def group_token_stats(
     pad: int,
     temperature: float = 1.0,
     with_entropy: bool = True,
-    padded: bool = False,
     prefix: Prefix | None = None,
 ) -> tuple[TokenStats, Tensor]:
     """Stats of episodes that share one prompt: (stats, mask), both (G, K) with completions left-aligned.
 
     The prompt runs once; its keys and values are the prefix of every completion, and the completions run in
-    length-sorted calls (`length_segments`) that need no padding; `padded` runs them as one call padded to the
-    longest instead (the update before these calls, kept for benchmarks/update_padding.py). `prefix`: the prompt's
-    forward when the caller shares it between calls (`SharedPrefix`), else it is run here. Log-probs are computed
-    for mask-1 (policy) tokens only; elsewhere they are 0."""
+    length-sorted calls (`length_segments`) that need no padding. `prefix`: the prompt's forward when the caller
+    shares it between calls (`SharedPrefix`), else it is run here. Log-probs are computed for mask-1 (policy) tokens
+    only; elsewhere they are 0."""
     device = next(model.parameters()).device
     G, K = len(completions), max(max(len(c) for c in completions), 1)
     P = len(prompt)
@@ -253,8 +251,7 @@ def group_token_stats(
             mask[i, : len(c)] = torch.tensor(m, dtype=torch.float32, device=device)
     first = prefix.first  # (H,): the prompt's last state predicts each completion's first token
     pieces, rows, cols = [first.new_zeros(0, len(first))], [ids.new_zeros(0)], [ids.new_zeros(0)]
-    segments = length_segments([len(c) for c in completions])
-    for segment in [[i for s in segments for i in s]] if padded else segments:
+    for segment in length_segments([len(c) for c in completions]):
         n, k = len(segment), len(completions[segment[0]])
         index = torch.tensor(segment, device=device)
         where = mask[index, :k].bool()  # (n, k)
