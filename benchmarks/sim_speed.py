@@ -32,12 +32,16 @@ def main() -> None:
         best = min(_time(profiles, SimSettings(LabConfig(), steps=1000, runs=runs)) for _ in range(5))
         result[f"ms_per_1000_iterations_runs={runs}"] = round(best * 1000, 1)
     cfg = load_config(DEMO)
-    pilot = demo_pilot(cfg)
+    pilot, result["pilot"] = demo_pilot(cfg), "shipped"
+    if pilot is None:  # not shipped (the lab keeps the simulator): the same pilot forecast_scoring builds, in memory
+        pilot, result["pilot"] = _benchmark_pilot(), "forecast_scoring's, in memory (the lab does not ship it)"
     if pilot is not None:
         result["pilot_episodes"] = len(pilot.sampled)
         best = min(_timed(lambda: forecast(pilot, cfg, steps=cfg.train.steps, runs=16)) for _ in range(5))
         result["ms_forecast_demo_20_steps_runs=16"] = round(best * 1000, 1)
-        result["ms_lab_redraw_after_a_weight_moves"] = round(1000 * _lab_redraw(cfg), 1)
+        result["ms_lab_redraw_after_a_weight_moves"] = round(1000 * _lab_redraw(cfg, pilot), 1)
+    else:
+        del result["pilot"]
     result = {**result, "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/sim_speed.py"}
     write_results("sim_speed", result)
     print(json.dumps(result, indent=2))
@@ -49,10 +53,29 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def _lab_redraw(cfg) -> float:
-    """Seconds of the lab's redraw for a completion weight not drawn before (median of 5 new values)."""
+def _benchmark_pilot():
+    """Every recorded forecast run's first step with its edits, references and forced-branch episodes, as
+    `forecast_scoring.py` builds the pilot it would ship; None before any run is recorded."""
+    import forecast_scoring as fs
+
+    path = fs.results_path(fs.RUNS_NAME)
+    if not path.is_file():
+        return None
+    runs = json.loads(path.read_text())["runs"]
+    fs.BRANCH.extend(fs.branch_episodes())
+    env = get_env("finance")
+    count = model_token_counter(LabConfig().model)
+    cfg = fs.config_of(runs[sorted(runs)[0]])
+    fs.REFERENCE[0] = fs.env_references(env, count)
+    return fs.make_pilot(runs, sorted(runs), fs.env_rescorer(env, cfg, count))
+
+
+def _lab_redraw(cfg, pilot) -> float:
+    """Seconds of the lab's redraw for a completion weight not drawn before (median of 5 new values), forecasting
+    from `pilot` as the lab does from a shipped one."""
     from grpolab.lab import form, handlers
 
+    handlers.demo_pilot = lambda c: pilot  # the lab's forecast path, whichever pilot ships
     form.set_base_config(cfg)
     values = {n: c.default(cfg) for n, c in form.controls(cfg).items()}
     handlers.simulate_view(values)  # first draw: model tokenizer and caches warm, as on the page's load
