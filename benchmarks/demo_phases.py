@@ -42,7 +42,7 @@ def main() -> None:
         run_dir, wall = args.out, time.perf_counter() - start
         command = "python benchmarks/demo_phases.py"
     run = RunDir(run_dir)
-    phases = phase_seconds(run)
+    phases = phase_seconds(run, wall)
     summary = run.eval_summary()
     labels = run.eval_labels()
     heldout = {label: summary.get(label, {}).get(HELDOUT_SUCCESS) for label in ("base", "0", labels[-1])}

@@ -249,13 +249,12 @@ def _hack_detection(h: dict) -> str:
 def _demo_phases(dp: dict) -> str:
     t, n = dp["seconds"], int(dp["seconds"]["step_count"])
     h = dp["heldout_success"]
-    rest = dp["wall_seconds"] - t["steps"] - t["evaluations"] - t["probes"] - t["sft"]
     return (
         f"{dp['wall_seconds'] / 60:.1f} min: {n} GRPO steps {t['steps'] / 60:.1f} min ({t['steps'] / n:.1f} s a step: "
         f"generation {t['generation'] / n:.1f} s, reference pass {t['reference'] / n:.1f} s, update "
         f"{t['update'] / n:.1f} s), {int(t['evaluation_count'])} held-out evaluations {t['evaluations'] / 60:.1f} min, "
         f"{int(t['probe_count'])} greedy probes {t['probes'] / 60:.1f} min, SFT warm start {t['sft'] / 60:.1f} min, "
-        f"the rest {rest / 60:.1f} min; held-out success {pct(h['base'])} -> {pct(h['0'])} after seeding -> "
+        f"the rest {t['rest'] / 60:.1f} min; held-out success {pct(h['base'])} -> {pct(h['0'])} after seeding -> "
         f"{pct(list(h.values())[-1])} after GRPO"
     )
 

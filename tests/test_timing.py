@@ -16,8 +16,9 @@ def test_the_demo_splits_its_wall_time_into_steps_evaluations_probes_sft_and_the
     run.record_eval("0", [], {"heldout/n": 4.0, "heldout/seconds": 40.0, "probe/seconds": 9.0})
     run.record_eval("2", [], {"heldout/n": 4.0, "heldout/seconds": 50.0, "probe/seconds": 11.0})
     run.write_sft({"loss": [1.0], "seconds": 25.0})
-    t = phase_seconds(run)
+    t = phase_seconds(run, 300.0)
     assert (t["steps"], t["generation"], t["update"], t["reference"]) == (120.0, 44.0, 60.0, 10.0)
+    assert t["rest"] == 15.0  # 300 - 120 - 120 - 20 - 25
     assert (t["evaluations"], t["evaluation_count"], t["probes"], t["probe_count"], t["sft"]) == (120, 3, 20, 2, 25)
     lines = time_lines(run, 300.0)
     assert lines[0] == "where the 5.0 min went:"

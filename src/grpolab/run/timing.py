@@ -26,8 +26,9 @@ def _total(rows: list[dict[str, Any]], key: str) -> float:
     return sum(float(r[key]) for r in rows if isinstance(r.get(key), int | float))
 
 
-def phase_seconds(run: RunDir) -> dict[str, float]:
-    """Seconds per part of the run: steps (and their phases), evaluations, probes, SFT."""
+def phase_seconds(run: RunDir, wall_seconds: float) -> dict[str, float]:
+    """Seconds per part of a run that took `wall_seconds`: steps (and their phases), evaluations, probes, SFT, and
+    the rest of the wall time, which none of them timed."""
     rows = [r for r in run.metrics() if isinstance(r.get(PERF_STEP_S), int | float)]
     out = {"steps": _total(rows, PERF_STEP_S), "step_count": float(len(rows))}
     for name, phases in SHOWN_PHASES.items():
@@ -39,12 +40,13 @@ def phase_seconds(run: RunDir) -> dict[str, float]:
     out["probe_count"] = float(sum(isinstance(s.get(PROBE_SECONDS), int | float) for s in evals))
     sft = run.sft()
     out["sft"] = float(sft["seconds"]) if isinstance(sft, dict) and isinstance(sft.get("seconds"), int | float) else 0.0
+    out["rest"] = max(wall_seconds - out["steps"] - out["evaluations"] - out["probes"] - out["sft"], 0.0)
     return out
 
 
 def time_lines(run: RunDir, wall_seconds: float) -> list[str]:
     """The run's wall time split into the parts a user waits for."""
-    t = phase_seconds(run)
+    t = phase_seconds(run, wall_seconds)
     n = int(t["step_count"])
     rows: list[tuple[str, float, str]] = []
     if n:
@@ -57,8 +59,7 @@ def time_lines(run: RunDir, wall_seconds: float) -> list[str]:
         rows.append((f"{int(t['probe_count'])} greedy probes", t["probes"], ""))
     if t["sft"]:
         rows.append(("SFT warm start", t["sft"], ""))
-    rest = max(wall_seconds - t["steps"] - t["evaluations"] - t["probes"] - t["sft"], 0.0)
-    rows.append(("the rest", rest, "model loads, preflight probes, checkpoints"))
+    rows.append(("the rest", t["rest"], "model loads, preflight probes, checkpoints"))
     lines = [f"where the {wall_seconds / 60:.1f} min went:"]
     for label, seconds, why in rows:
         lines.append(f"  {label:<24}{seconds / 60:5.1f} min" + (f"  ({why})" if why else ""))
