@@ -250,17 +250,23 @@ def forecast_ends(iterations: list[dict[str, Any]], steps: int) -> tuple[Shares,
 BRANCH: list[PilotEpisode] = []
 
 
+def pilot_rescorer(runs: dict[str, dict[str, Any]]) -> Callable[..., Any]:
+    """`rescore` for `make_pilot` on the benchmark's env (every run shares it), setting REFERENCE from it unless
+    --no-reference."""
+    cfg0 = config_of(runs[min(runs)])
+    env0 = env_for(cfg0)
+    count_tokens = model_token_counter(cfg0.model)
+    if REFERENCE_ON[0]:
+        REFERENCE[0] = env_references(env0, count_tokens)
+    return env_rescorer(env0, cfg0, count_tokens)
+
+
 def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pilot]:
     """The scores, and the pilot of every run's first step (what the lab forecasts the demo's config from)."""
     keys = sorted(runs)
     configs = sorted({runs[k]["config"] for k in keys})
     start = shares_of([e for k in keys for e in runs[k]["episodes"]["1"]])
-    cfg0 = config_of(runs[keys[0]])
-    env0 = env_for(cfg0)
-    count_tokens = model_token_counter(cfg0.model)
-    rescore = env_rescorer(env0, cfg0, count_tokens)
-    if REFERENCE_ON[0]:
-        REFERENCE[0] = env_references(env0, count_tokens)
+    rescore = pilot_rescorer(runs)
     pilots = {}
     for k in keys:  # the pilot of a run: the first steps of the other configs' runs (all runs but its own if one)
         others = [o for o in keys if runs[o]["config"] != runs[k]["config"]] or [o for o in keys if o != k] or [k]

@@ -63,11 +63,7 @@ def _benchmark_pilot():
         return None
     runs = json.loads(path.read_text())["runs"]
     fs.BRANCH.extend(fs.branch_episodes())
-    env = get_env("finance")
-    count = model_token_counter(LabConfig().model)
-    cfg = fs.config_of(runs[sorted(runs)[0]])
-    fs.REFERENCE[0] = fs.env_references(env, count)
-    return fs.make_pilot(runs, sorted(runs), fs.env_rescorer(env, cfg, count))
+    return fs.make_pilot(runs, sorted(runs), fs.pilot_rescorer(runs))
 
 
 def _lab_redraw(cfg, pilot) -> float:

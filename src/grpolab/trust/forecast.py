@@ -476,6 +476,11 @@ def _result(
     }
 
 
+def tasks_by_id(env: Any) -> dict[str, Any]:
+    """The env's train and held-out tasks by id: how a pilot row (which keeps its `task_id`) finds its task."""
+    return {t.id: t for split in ("train", "heldout") for t in env.tasks(split)}
+
+
 def env_rescorer(
     env: Any, cfg: LabConfig, count_tokens: Callable[[str], int]
 ) -> Callable[[dict[str, Any], str], dict[str, float] | None]:
@@ -484,7 +489,7 @@ def env_rescorer(
     from grpolab.rewards.rubric import rubric_of
     from grpolab.rewards.score import score_transcript
 
-    tasks = {t.id: t for split in ("train", "heldout") for t in env.tasks(split)}
+    tasks = tasks_by_id(env)
     rubric = rubric_of(env)
     unit = dict.fromkeys(rubric.scored(rubric.resolve(dict(cfg.reward.weights))), 1.0)
     r = cfg.reward
@@ -506,7 +511,7 @@ def env_references(
 ) -> Callable[[dict[str, Any]], tuple[str, float] | None]:
     """`reference(row)` for `reach_shortcuts`: the env's reference solution of the row's task and its policy tokens
     (tool responses are the environment's); None where the task is unknown."""
-    tasks = {t.id: t for split in ("train", "heldout") for t in env.tasks(split)}
+    tasks = tasks_by_id(env)
 
     def reference(row: dict[str, Any]) -> tuple[str, float] | None:
         task = tasks.get(str(row.get("task_id")))
