@@ -7,9 +7,9 @@ weightings, 2 seeds each, all from one SFT seeding) and, as a second, noisier se
 benchmarks/results/hack_detection.json (6 episodes a step). Writes benchmarks/results/forecast_scoring.json and,
 unless --no-ship, src/grpolab/trust/forecast_accuracy.json (the fitted speed and KL scale, and the scores the
 forecast carries wherever it is shown) and src/grpolab/trust/demo_pilot.json (every run's first-step episodes with
-their shortcut edits: the lab's pilot for the demo's config), written only while the forecast scores no worse than
-the class-profile simulator on direction and winner (`beats`); otherwise it is removed and the lab keeps the
-simulator.
+their shortcut edits: the lab's pilot for the demo's config), written only while the forecast has a lower share
+error than the class-profile simulator and is at most one scored case behind it on direction and on winner
+(`beats`); otherwise it is removed and the lab keeps the simulator.
 
 Definitions (every forecaster is read the same way):
     start      the class shares every run starts from: all runs' first-step episodes pooled (they sample one
@@ -19,7 +19,9 @@ Definitions (every forecaster is read the same way):
     direction  a moved class forecast to move the same way (by more than 0.001)
     winner     the class with the largest end share, forecast and real
     share err  half the summed |forecast end - real end| over classes (total variation, 0 to 1)
-    reward R2  1 - SS(real - forecast) / SS(real - mean) of the per-step mean reward, all runs' steps pooled
+    reward R2  1 - SS(real - forecast) / SS(real - mean) of the per-step mean reward, all runs' steps pooled (the
+               ceiling's: one seed's curve as the forecast of the other's; `reward_r2_noise`: what a forecast of
+               each step's expected reward would score, the 16-episode sampling noise of a step's mean left)
 Forecasters:
     forecast   `grpolab.trust.forecast` from a pilot: the first-step episodes (with their shortcut edits) of the
                runs of the *other* configs, re-scored under this run's weights, plus the starting policy's own
@@ -170,9 +172,34 @@ NATURAL = [False]
 """The forecast's geometry (`--geometry`): [True] for the natural-gradient step (`simulate.policy_step`)."""
 
 
-def forecast_curve(pilot: Pilot, run: dict[str, Any], speed: float, kl_scale: float = 1.0) -> list[dict[str, Any]]:
+DECISION = [True]
+"""Whether the decision classes (`forecast.DECISION_CLASSES`) get a step size of their own (`--no-decision`: one
+speed for every class)."""
+WITHIN = [True]
+"""Whether each class's own episodes move too (`forecast(within_speed=...)`, fitted on the reward curve; off with
+`--no-within`)."""
+WITHIN_GRID = [0.0, *(float(x) for x in np.geomspace(0.001, 1, 13))]
+DECISION_GRID = [float(x) for x in np.geomspace(0.01, 100, 21)]
+
+
+def forecast_curve(
+    pilot: Pilot,
+    run: dict[str, Any],
+    speed: float,
+    kl_scale: float = 1.0,
+    decision_speed: float | None = None,
+    within_speed: float = 0.0,
+) -> list[dict[str, Any]]:
     return forecast(
-        pilot, config_of(run), steps=run["steps"], runs=RUNS, speed=speed, kl_scale=kl_scale, natural=NATURAL[0]
+        pilot,
+        config_of(run),
+        steps=run["steps"],
+        runs=RUNS,
+        speed=speed,
+        kl_scale=kl_scale,
+        natural=NATURAL[0],
+        decision_speed=speed if decision_speed is None else decision_speed,
+        within_speed=within_speed,
     )["iterations"]
 
 
@@ -185,22 +212,58 @@ def share_gap(iterations: list[dict[str, Any]], run: dict[str, Any]) -> float:
     return statistics.mean(gaps)
 
 
+def noise_r2(runs: list[dict[str, Any]]) -> float | None:
+    """The R2 a forecast of each step's expected reward would score on these runs' per-step means in expectation:
+    1 - (summed sampling variance of the step means) / SS(step means - their mean)."""
+    means, noise = [], 0.0
+    for run in runs:
+        for eps in run["episodes"].values():
+            totals = [float(e["total"]) for e in eps]
+            means.append(statistics.mean(totals))
+            noise += statistics.variance(totals) / len(totals) if len(totals) > 1 else 0.0
+    total = float(((np.array(means) - np.mean(means)) ** 2).sum()) if means else 0.0
+    return 1 - noise / total if total > 0 else None
+
+
+def reward_error(iterations: list[dict[str, Any]], run: dict[str, Any]) -> float:
+    """Summed squared gap between the forecast's and the run's per-step mean reward (step s: iteration s-1)."""
+    return sum((iterations[int(s) - 1][REWARD_MEAN] - real) ** 2 for s, real in step_rewards(run).items())
+
+
 def fit(pilots: dict[str, Pilot], runs: dict[str, dict[str, Any]], keys: list[str]) -> dict[str, Any]:
-    """The speed (grid) with the smallest mean share gap over `keys`, and the KL scale (summed real KL / summed
-    forecast class KL) at it."""
+    """The speed and decision speed (grids; the decision speed equal to the speed under --no-decision) with the
+    smallest mean share gap over `keys`; then, with --within, the within-class speed with the smallest reward-curve
+    error at them; and the KL scale (summed real KL / summed forecast class KL) at all three."""
+    grid = [(sp, d) for sp in SPEED_GRID for d in (DECISION_GRID if DECISION[0] else [sp])]
     gaps = {
-        sp: statistics.mean(share_gap(forecast_curve(pilots[k], runs[k], sp), runs[k]) for k in keys)
-        for sp in SPEED_GRID
+        (sp, d): statistics.mean(share_gap(forecast_curve(pilots[k], runs[k], sp, 1.0, d), runs[k]) for k in keys)
+        for sp, d in grid
     }
-    speed = min(gaps, key=gaps.get)
+    speed, decision_speed = min(gaps, key=gaps.get)
+    errors = {  # each class's own episodes: the step size that fits the reward curve best (0 without --within)
+        ws: sum(reward_error(forecast_curve(pilots[k], runs[k], speed, 1.0, decision_speed, ws), runs[k]) for k in keys)
+        for ws in (WITHIN_GRID if WITHIN[0] else [0.0])
+    }
+    within_speed = min(errors, key=errors.get)
     real_kl = fc_kl = 0.0
     for k in keys:
-        iters = forecast_curve(pilots[k], runs[k], speed)
+        iters = forecast_curve(pilots[k], runs[k], speed, 1.0, decision_speed, within_speed)
         for s, m in runs[k].get("metrics", {}).items():
             if "kl" in m:
                 real_kl += m["kl"]
                 fc_kl += iters[int(s) - 1][KL]
-    return {"speed": speed, "kl_scale": real_kl / fc_kl if fc_kl > 0 else 1.0, "share_gap": gaps[speed]}
+    return {
+        "speed": speed,
+        "decision_speed": decision_speed,
+        "within_speed": within_speed,
+        "kl_scale": real_kl / fc_kl if fc_kl > 0 else 1.0,
+        "share_gap": gaps[(speed, decision_speed)],
+    }
+
+
+def step_rewards(run: dict[str, Any]) -> dict[str, float]:
+    """Step -> the mean reward of the step's episodes (every episode of a step is logged: its mean is reward/mean)."""
+    return {s: statistics.mean(float(e["total"]) for e in eps) for s, eps in run["episodes"].items()}
 
 
 def naive(run: dict[str, Any], start: Shares) -> tuple[Shares, Shares]:
@@ -290,27 +353,36 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
             speed=f["speed"],
             kl_scale=f["kl_scale"],
             natural=NATURAL[0],
+            decision_speed=f["decision_speed"],
+            within_speed=f["within_speed"],
         )
         iters = result["iterations"]
         move, fc_end = forecast_ends(iters, run["steps"])
         per["forecast"][k] = {**compare(move, fc_end, start, end), "growing": result["growing"]}
         per["simulator"][k] = compare(*old_simulator(run, start), start, end)
         per["naive"][k] = compare(*naive(run, start), start, end)
-        for s, eps in run["episodes"].items():  # every episode of the step is logged: its mean is reward/mean
-            real = statistics.mean(float(e["total"]) for e in eps)
+        for s, real in step_rewards(run).items():
             reward_pairs["forecast"].append((real, iters[int(s) - 1][REWARD_MEAN]))
         curves[k] = {
             "forecast": [{c: round(row[class_key(c)], 3) for c in CLASSES} for row in iters],
             "real": run["shares"],
         }
     ceiling: dict[str, dict[str, Any]] = {}
+    ceiling_rewards: list[tuple[float, float]] = []
     for a in keys:
         for b in keys:
             if a != b and runs[a]["config"] == runs[b]["config"]:
                 ea = end_of(runs[a])
                 ceiling[f"{a}->{b}"] = compare({c: ea[c] - start[c] for c in CLASSES}, ea, start, end_of(runs[b]))
+                ra, rb = step_rewards(runs[a]), step_rewards(runs[b])
+                ceiling_rewards += [(rb[s], ra[s]) for s in rb if s in ra]
     scores = {name: summary(p) for name, p in per.items()}
     scores["forecast"]["reward_r2"] = r_squared(reward_pairs["forecast"])
+    ceiling_summary = {
+        **summary(ceiling),
+        "reward_r2": r_squared(ceiling_rewards),
+        "reward_r2_noise": noise_r2([runs[k] for k in keys]),
+    }
     everything = make_pilot(runs, keys, rescore)
     everything.source = f"the first steps of {len(keys)} runs of SmolLM2 after the demo's SFT seeding"
     return {
@@ -320,7 +392,7 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
         "fits_left_out": fits,
         "shipped_fit": shipped,
         "scores": scores,
-        "ceiling": summary(ceiling),
+        "ceiling": ceiling_summary,
         "per_run": per,
         "ceiling_pairs": ceiling,
         "curves": curves,
@@ -330,7 +402,7 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
 # ---- the second set: hack_detection's recorded runs ---------------------------------------------------------------
 
 
-def score_hack_set(speed: float) -> dict[str, Any]:
+def score_hack_set(speed: float, decision_speed: float, within_speed: float) -> dict[str, Any]:
     """The forecast on hack_detection's runs: pilot = the run's own first step (totals only: no re-scoring, no
     shortcut edits), the speed fitted on the new benchmark (so every one of these is out of sample)."""
     path = results_path("hack_detection")
@@ -348,7 +420,15 @@ def score_hack_set(speed: float) -> dict[str, Any]:
         rows = [{"class": e["class"], "group": e["group"], "components": {"total": e["total"]}} for e in first]
         pilot = pilot_from_rows(rows, f"first step of {name}")
         iters = forecast(
-            pilot, cfg, steps=len(steps), runs=RUNS, speed=speed, weights={"total": 1.0}, natural=NATURAL[0]
+            pilot,
+            cfg,
+            steps=len(steps),
+            runs=RUNS,
+            speed=speed,
+            weights={"total": 1.0},
+            natural=NATURAL[0],
+            decision_speed=decision_speed,
+            within_speed=within_speed,
         )["iterations"]
         start = shares_of(first)
         end = shares_of([e for s in steps[-2:] for e in rec["episodes"][str(s)]])
@@ -362,15 +442,27 @@ def score_hack_set(speed: float) -> dict[str, Any]:
 
 
 def beats(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """Whether the forecast may replace the class-profile simulator on the lab's page: no worse on direction and
-    on winner, on the same runs."""
-    return all(new[k] is not None and (old[k] is None or new[k] >= old[k]) for k in ("direction", "winner"))
+    """Whether the forecast may replace the class-profile simulator on the lab's page: a lower share error, and on
+    direction and on winner no more than one scored case behind (one move of the benchmark's, one run): on 16
+    moves and 6 runs a difference of one is noise, as one task in 16 is."""
+    if new["share_error"] is None or old["share_error"] is None or new["share_error"] >= old["share_error"]:
+        return False
+    slack = {"direction": 1 / max(new["class_moves"], 1), "winner": 1 / max(new["runs"], 1)}
+    return all(
+        new[k] is not None and (old[k] is None or new[k] >= old[k] - slack[k] - 1e-9) for k in ("direction", "winner")
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-branch", action="store_true", help="pilots without forced_branch.py's episodes")
     ap.add_argument("--no-reference", action="store_true", help="pilots without the env's reference solutions")
+    ap.add_argument(
+        "--no-decision", action="store_true", help="one step size for every class (no decision speed of its own)"
+    )
+    ap.add_argument(
+        "--no-within", action="store_true", help="each class's reward stays its pilot mean (no within-class step)"
+    )
     ap.add_argument("--no-ship", action="store_true", help="do not write src/grpolab/trust/forecast_accuracy.json")
     ap.add_argument(
         "--geometry",
@@ -382,6 +474,8 @@ def main() -> None:
     args = ap.parse_args()
     NATURAL[0] = args.geometry == "natural"
     REFERENCE_ON[0] = not args.no_reference
+    DECISION[0] = not args.no_decision
+    WITHIN[0] = not args.no_within
     runs = json.loads(results_path(RUNS_NAME).read_text())["runs"]
     t0 = time.perf_counter()
     if not args.no_branch:
@@ -389,6 +483,8 @@ def main() -> None:
     result, pilot = score_benchmark(runs)
     result["geometry"] = args.geometry
     result["references"] = REFERENCE_ON[0]
+    result["decision_speed_fitted"] = DECISION[0]
+    result["within"] = WITHIN[0]
     NATURAL[0] = not NATURAL[0]  # the other geometry on the same runs and pilots, for the comparison
     other, _ = score_benchmark(runs)
     NATURAL[0] = not NATURAL[0]
@@ -399,16 +495,22 @@ def main() -> None:
     }
     result["branch_episodes"] = len(BRANCH)
     result["lab_forecasts"] = beats(result["scores"]["forecast"], result["scores"]["simulator"])
-    result["hack_detection_set"] = score_hack_set(result["shipped_fit"]["speed"])
+    shipped = result["shipped_fit"]
+    result["hack_detection_set"] = score_hack_set(shipped["speed"], shipped["decision_speed"], shipped["within_speed"])
     result["seconds"] = round(time.perf_counter() - t0, 1)
     command = "python benchmarks/forecast_scoring.py" + (" --no-branch" if args.no_branch else "")
     command += " --no-reference" if args.no_reference else ""
+    command += " --no-decision" if args.no_decision else ""
+    command += " --no-within" if args.no_within else ""
     command += f" --geometry {args.geometry}"
     path = write_results("forecast_scoring", {"date": time.strftime("%Y-%m-%d"), "command": command, **result})
     s, ceil = result["scores"], result["ceiling"]
     for name, v in s.items():
         print(f"{name:<10} direction {v['direction']}  winner {v['winner']}  share error {v['share_error']}")
-    print(f"ceiling    direction {ceil['direction']}  winner {ceil['winner']}  share error {ceil['share_error']}")
+    print(
+        f"ceiling    direction {ceil['direction']}  winner {ceil['winner']}  share error {ceil['share_error']}  "
+        f"reward R2 {ceil['reward_r2']} (seed to seed), {ceil['reward_r2_noise']} (step sampling noise)"
+    )
     print(
         f"reward R2 (forecast): {s['forecast'].get('reward_r2')}; "
         f"second set: {result['hack_detection_set'].get('forecast')}"
@@ -419,6 +521,8 @@ def main() -> None:
             json.dumps(
                 {
                     "speed": result["shipped_fit"]["speed"],
+                    "decision_speed": result["shipped_fit"]["decision_speed"],
+                    "within_speed": result["shipped_fit"]["within_speed"],
                     "kl_scale": result["shipped_fit"]["kl_scale"],
                     "natural": NATURAL[0],
                     "runs": result["runs"],

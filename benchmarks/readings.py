@@ -291,10 +291,17 @@ def _forecast(f: dict[str, Any]) -> list[str]:
             f"| the same forecast, {other['geometry']} step | {_rate(v['direction'])} of {v['class_moves']} | "
             f"{_rate(v['winner'])} of {v['runs']} | {v['share_error']:.2f} | {'n/a' if r2 is None else f'{r2:.2f}'} |"
         )
+    r2 = ceiling.get("reward_r2")
     lines.append(
         f"| ceiling: another seed's real run | {_rate(ceiling['direction'])} of {ceiling['class_moves']} | "
-        f"{_rate(ceiling['winner'])} of {ceiling['runs']} pairs | {ceiling['share_error']:.2f} | n/a |"
+        f"{_rate(ceiling['winner'])} of {ceiling['runs']} pairs | {ceiling['share_error']:.2f} | "
+        f"{'n/a' if r2 is None else f'{r2:.2f}'} |"
     )
+    if ceiling.get("reward_r2_noise") is not None:
+        lines.append(
+            "| ceiling: each step's expected reward, exactly (the 16-episode sampling noise of a step's mean left) | "
+            f"n/a | n/a | n/a | {ceiling['reward_r2_noise']:.2f} |"
+        )
     second = f.get("hack_detection_set") or {}
     if second.get("forecast"):
         a, c = second["forecast"], second["ceiling"]
@@ -308,12 +315,23 @@ def _forecast(f: dict[str, Any]) -> list[str]:
         grows = ", ".join(f"{c} {pct(a)}→{pct(b)}" for c, (a, b) in r.get("growing", {}).items()) or "nothing"
         moved = ", ".join(f"{c} {d:+.2f}" for c, d in r["moved"].items()) or "no class moved"
         runs.append(f"{key}: real {moved} (winner {r['real_winner']}); forecast grows {grows}")
+    fit = f["shipped_fit"]
+    speeds = f"speed {fit['speed']:.3g}"
+    if "decision_speed" in fit:
+        speeds += f", decision speed {fit['decision_speed']:.3g}, within-class speed {fit.get('within_speed', 0):.3g}"
     text = (
         f"{f['runs']} real GRPO runs at the demo's shape ({', '.join(f['configs'])}), each forecast from a pilot "
-        "of the other configs' first-step episodes re-scored under its weights, with the speed fitted on the other "
-        f"configs' runs (shipped: {f['shipped_fit']['speed']:.3g} on all). A class moved where its share changed by "
+        "of the other configs' first-step episodes re-scored under its weights, with the step sizes fitted on the "
+        f"other configs' runs (shipped, fitted on all: {speeds}). A class moved where its share changed by "
         "0.15 or more between the pooled first steps and the run's last two steps."
     )
+    if "decision_speed" in fit:
+        text += (
+            " The thought-or-not decision (dropped_thought: the first tag a tool call) moves at a speed of its own, "
+            "fitted with the class speed on the share gap, and each class's own episodes move inside it at a "
+            "within-class speed fitted on the reward curve (its better episodes grow, so a class's reward is not "
+            "frozen at its pilot mean)."
+        )
     if f.get("geometry") == "natural":
         text += (
             " The forecast steps in the natural geometry of the class softmax: a class's logit moves by its own mean "
@@ -323,10 +341,11 @@ def _forecast(f: dict[str, Any]) -> list[str]:
     tail = [
         "The lab "
         + (
-            "forecasts the demo's config from the shipped pilot."
+            "forecasts the demo's config from the shipped pilot: its share error is lower than the class-profile "
+            "simulator's and it is at most one scored case behind it on direction and on winner."
             if f.get("lab_forecasts")
-            else "keeps the "
-            "class-profile simulator: the forecast does not score at least as well on direction and winner here."
+            else "keeps the class-profile simulator: the forecast's share error is not lower, or it is more than "
+            "one scored case behind on direction or winner."
         )
     ]
     branch = load("forced_branch")

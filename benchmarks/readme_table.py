@@ -339,6 +339,8 @@ def rows() -> list[str]:
             f"{pct(c['winner'])}); class-profile simulator {pct(fs['scores']['simulator']['direction'])} / "
             f"{pct(fs['scores']['simulator']['winner'])}"
         )
+        if v.get("reward_r2") is not None and c.get("reward_r2_noise") is not None:
+            fig += f"; reward-curve R² {v['reward_r2']:.2f} (sampling-noise ceiling {c['reward_r2_noise']:.2f})"
         out.append(f"| forecasting GRPO's class moves on real runs | {fig} | `{fs['command']}` | {fs['date']} |")
     sc = load("score_cost")
     if sc:

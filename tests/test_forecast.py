@@ -76,6 +76,72 @@ def test_a_weight_the_pilot_was_not_scored_with_is_refused():
         forecast(PILOT, cfg({"completion": 1}), weights={"completion": 1, "says_revenue": 2})
 
 
+DEMO_WEIGHTS = {"format": 1, "schema": 1.5, "completion": 3, "length": -0.05}
+BRANCHED = Pilot(
+    [
+        *[episode("wrong_result_call", 1, 1, 0, 1.5)] * 12,
+        *[episode("grounded_correct", 1, 1, 1, 1.5)] * 2,
+        *[episode("free_text_guess", 0, 0, 0, 0.4)] * 2,
+        # the no-thought branch: reached, not sampled; half of it solves (forced_branch.py's finding in miniature)
+        *[
+            PilotEpisode(
+                "b", "dropped_thought", {"format": 0.75, "schema": 1, "completion": c, "length": 1.4}, 140, True
+            )
+            for c in (1, 0, 1, 0)
+        ],
+    ],
+    "branched pilot",
+)
+
+
+def test_a_decision_flips_faster_than_a_class_reshapes_at_its_own_speed():
+    """The thought-or-not decision (DECISION_CLASSES) moves at `decision_speed`: at the class speed the reached
+    no-thought branch barely grows from its floor; at a decision speed 8x that, it grows by a fifth or more."""
+    c = cfg(DEMO_WEIGHTS)
+    slow = forecast(BRANCHED, c, steps=12, runs=32, speed=0.08, decision_speed=0.08, within_speed=0)
+    fast = forecast(BRANCHED, c, steps=12, runs=32, speed=0.08, decision_speed=0.64, within_speed=0)
+    assert moves(slow)["dropped_thought"] < 0.1 < 0.2 < moves(fast)["dropped_thought"]
+    assert "dropped_thought" in fast["growing"] and fast["settings"]["decision_speed"] == 0.64
+    # honest work, paid more than anything, grows at the class speed in both
+    assert moves(slow)["grounded_correct"] > 0.1 and moves(fast)["grounded_correct"] > 0.1
+
+
+def test_the_winner_split_over_seeded_runs_sums_to_one():
+    out = forecast(BRANCHED, cfg(DEMO_WEIGHTS), steps=12, runs=32, speed=0.08, decision_speed=0.64, within_speed=0)
+    assert set(out["winners"]) <= set(out["classes"]) and abs(sum(out["winners"].values()) - 1) < 1e-6
+    assert list(out["winners"].values()) == sorted(out["winners"].values(), reverse=True)
+
+
+def test_a_class_s_better_episodes_grow_inside_it_at_the_within_speed():
+    """With `within_speed`, the solved half of the no-thought branch grows inside its class: the class's reward and
+    the forecast's success rise over the steps; without it, the class's reward stays its pilot mean."""
+    from grpolab.vocabulary import REWARD_MEAN, SUCCESS
+
+    c = cfg(DEMO_WEIGHTS)
+    frozen = forecast(BRANCHED, c, steps=12, runs=16, speed=0.08, decision_speed=0.64, within_speed=0)
+    moving = forecast(BRANCHED, c, steps=12, runs=16, speed=0.08, decision_speed=0.64, within_speed=0.3)
+    assert frozen["iterations"][0][REWARD_MEAN] == pytest.approx(moving["iterations"][0][REWARD_MEAN])
+    assert moving["iterations"][-1][SUCCESS] > frozen["iterations"][-1][SUCCESS] + 0.05
+    assert moving["iterations"][-1][REWARD_MEAN] > frozen["iterations"][-1][REWARD_MEAN]
+
+
+def test_within_class_draws_follow_the_within_class_probabilities():
+    import numpy as np
+
+    from grpolab.trust.forecast import _pick_within, _within_probs
+
+    seg, K = np.array([0, 0, 0, 2, 2, 3]), 4
+    inside = _within_probs(np.random.default_rng(0).normal(size=(3, 6)), seg, K)
+    for cls in (0, 2, 3):
+        drawn = _pick_within(
+            inside, seg, K, np.full((3, 1, 20000), cls), np.random.default_rng(cls).random((3, 1, 20000))
+        )
+        for r in range(3):
+            freq = np.bincount(drawn[r, 0], minlength=6) / 20000
+            assert np.all(freq[seg != cls] == 0)
+            assert np.allclose(freq[seg == cls], inside[r, seg == cls], atol=0.02)
+
+
 TEXT = '<thought>I need the revenue first.</thought>\n<tool_call>{"name": "f", "arguments": {}}</tool_call>answer'
 
 

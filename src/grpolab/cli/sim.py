@@ -41,6 +41,7 @@ from grpolab.trust.forecast import (
     load_accuracy,
     pilot_from_rows,
     reach_shortcuts,
+    winners_line,
 )
 from grpolab.trust.simulate import (
     DEFAULT_KL_SCALE,
@@ -177,6 +178,8 @@ def print_forecast(result: dict[str, Any]) -> None:
     if result["growing"]:
         grows = ", ".join(f"{c} {a:.0%} -> {b:.0%}" for c, (a, b) in result["growing"].items())
         console.print(f"growing: {grows}", markup=False)
+    if result.get("winners"):
+        console.print(winners_line(result["winners"], result["settings"]["runs"]), markup=False)
     if result["unknown"]:
         unknown = ", ".join(result["unknown"])
         console.print(f"cannot forecast (no pilot episode, no edit or reference reaches them): {unknown}")

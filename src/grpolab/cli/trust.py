@@ -39,6 +39,7 @@ from grpolab.report.html import render_report
 from grpolab.report.trajectories import page, side_by_side
 from grpolab.rewards.rubric import check_weights
 from grpolab.rundir import RunDir
+from grpolab.trust.forecast import winners_line
 from grpolab.trust.preflight import check as run_check
 from grpolab.vocabulary import FRAC_ZERO_STD, HELDOUT_SUCCESS, REWARD_MEAN, TOOL_CALL_PROB
 
@@ -140,6 +141,8 @@ def _print(report: dict) -> None:
             f"(sampled in {pilot['seconds']:.0f} s): growing: {grows}",
             markup=False,
         )
+        if len(fc.get("winners") or {}) > 1:
+            console.print(f"  {winners_line(fc['winners'], fc['runs'])}", markup=False)
         for line in [*fc["warnings"], *fc["notes"]]:
             console.print(f"  {line}", markup=False)
         console.print(f"  {fc['accuracy_line']}", markup=False)

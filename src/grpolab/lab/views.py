@@ -145,6 +145,10 @@ def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
     if grows:
         named = ", ".join(f"{c} {a:.0%} \u2192 {b:.0%}" for c, (a, b) in grows.items())
         alerts += message(f"growing under these weights: {named}", "warn")
+    wins = result.get("winners") or {}
+    if len(wins) > 1:  # one mean curve hides a decision that flips in some runs only
+        split = ", ".join(f"{c} in {share:.0%}" for c, share in wins.items())
+        alerts += message(f"largest class at the end differs between seeded runs: {split}")
     if result.get("unknown"):
         alerts += message(f"cannot forecast (no pilot episode reaches them): {', '.join(result['unknown'])}")
     # the simulation starts from its prior (by default the seeded demo model's first step), not the base model

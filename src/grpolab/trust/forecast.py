@@ -66,6 +66,11 @@ REACH_FLOOR = 0.5
 """A class reached only by editing pilot transcripts starts at this many episodes' share of the pilot."""
 MIN_PILOT = 8
 """A pilot with fewer episodes is named as too small to forecast from (its class shares move by 1/N an episode)."""
+DECISION_CLASSES = ("dropped_thought",)
+"""Classes one token decision away from the rest: the episode's first tag (a tool call where a thought was asked
+for). A real policy flips such a decision much faster than it reshapes a whole episode (`forced_branch.py`: with
+the thought banned the starting policy solves more, and 4 of 6 benchmark runs took the class from 3% to 19-78%),
+so its logit moves at `decision_speed`, fitted on the benchmark beside `speed`."""
 DEFAULT_SPEED = 1.0
 DEFAULT_KL_SCALE = 1.0
 """Used only where forecast_accuracy.json is missing (a checkout without the benchmark's fit)."""
@@ -322,16 +327,25 @@ def forecast(
     kl_scale: float | None = None,
     weights: dict[str, float] | None = None,
     natural: bool | None = None,
+    decision_speed: float | None = None,
+    within_speed: float | None = None,
 ) -> dict[str, Any]:
     """`runs` seeded GRPO runs on the pilot's classes under `cfg`'s reward and GRPO settings: per-step means and a
     10-90% band, in the simulator's result shape (`grpolab.trust.simulate.simulate`), plus what it cannot know.
-    `weights` replace the config's reward weights (a pilot recorded only with totals is forecast with {"total": 1})."""
+    `weights` replace the config's reward weights (a pilot recorded only with totals is forecast with {"total": 1}).
+    `decision_speed` is the step size of `DECISION_CLASSES` (default: the accuracy file's, else `speed`). `within_speed`
+    is the step size of each class's own episodes (a class's better episodes grow inside it: `within_class_step`;
+    default: the accuracy file's, else 0: a class's reward stays its pilot mean)."""
     if not pilot.sampled:
         raise UserError(f"the pilot ({pilot.source}) has no scored episodes", "sample the model first (grpolab check)")
     acc = load_accuracy()
     speed = float(acc.get("speed", DEFAULT_SPEED)) if speed is None else speed
     kl_scale = float(acc.get("kl_scale", DEFAULT_KL_SCALE)) if kl_scale is None else kl_scale
     natural = bool(acc.get("natural", False)) if natural is None else natural
+    if decision_speed is None:
+        decision_speed = float(acc.get("decision_speed", speed))
+    within_speed = float(acc.get("within_speed", 0.0)) if within_speed is None else within_speed
+    within = within_speed > 0
     weights = dict(cfg.reward.weights if weights is None else weights)
     pools = pools_of(pilot, weights)
     w = np.array([weights.get(n, 0.0) for n in pools.names])
@@ -356,30 +370,101 @@ def forecast(
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     flat_comps = np.concatenate([c for c in pools.components if len(c)])  # (N, C)
     flat_reward = flat_comps @ w
-    mean_reward = np.array([r.mean() if r.size else 0.0 for r in rewards])
-    mean_comps = np.array([c.mean(0) if len(c) else np.zeros(len(pools.names)) for c in pools.components])
+    seg = np.repeat(np.arange(K), sizes)  # (N,) the class of each pool episode
+    flat_solved = (flat_comps[:, pools.names.index("completion")] >= 1.0) if "completion" in pools.names else None
+    phi = np.zeros((R, len(flat_reward)))  # within-class logits of the pool's episodes (uniform at the start)
     history = np.zeros((steps + 1, R, K))
+    inner = np.zeros((steps + 1, R, K, flat_comps.shape[1]))  # each class's mean components under its weights
+    solved = np.zeros((steps + 1, R, K))
     adv_abs = np.zeros((steps + 1, R))
     history[0] = np.exp(theta - np.logaddexp.reduce(theta, -1, keepdims=True))
     onehot = np.eye(K)
-    for t in range(1, steps + 1):
-        pi_old = history[t - 1]
+    step_size = np.where(np.isin(CLASSES, DECISION_CLASSES), decision_speed, speed)  # (K,)
+    for t in range(0, steps + 1):
+        inside = _within_probs(phi, seg, K)  # (R, N)
+        inner[t] = _by_class(inside[..., None] * flat_comps, seg, K)
+        solved[t] = _by_class(inside * flat_solved, seg, K) if flat_solved is not None else 0.0
+        if t == steps:
+            break
+        pi_old = history[t]
         cdf = pi_old.cumsum(-1)
         cdf[:, -1] = 1.0
         u = rng.random((R, P, G))
         cls = (u[..., None] >= cdf[:, None, None, :]).sum(-1)  # (R, P, G) class index
         cls = np.minimum(cls, K - 1)
-        pick = offsets[cls] + np.floor(rng.random((R, P, G)) * sizes[cls]).astype(int)
+        if within:
+            pick = _pick_within(inside, seg, K, cls, rng.random((R, P, G)))
+        else:
+            pick = offsets[cls] + np.floor(rng.random((R, P, G)) * sizes[cls]).astype(int)
         if g.multi_objective_aggregation == "normalize_then_sum":
             adv = _decoupled_advantages(flat_comps[pick], w)
         else:
             adv = _group_advantages(flat_reward[pick], g.scale_rewards)
         hot = onehot[cls]  # (R, P, G, K)
         weight = (adv[..., None] * hot).sum((1, 2)) / (P * G)  # (R, K)
-        adv_abs[t] = np.abs(adv).mean((1, 2))
-        theta = policy_step(theta, pi_old, weight, log_p0, speed, g.beta, g.epsilon, g.mu, natural)
-        history[t] = np.exp(theta - np.logaddexp.reduce(theta, -1, keepdims=True))
-    return _result(pilot, pools, history, adv_abs, mean_reward, mean_comps, p0, cfg, weights, speed, kl_scale, acc)
+        adv_abs[t + 1] = np.abs(adv).mean((1, 2))
+        theta = policy_step(theta, pi_old, weight, log_p0, step_size, g.beta, g.epsilon, g.mu, natural)
+        history[t + 1] = np.exp(theta - np.logaddexp.reduce(theta, -1, keepdims=True))
+        if within:
+            phi = within_class_step(phi, inside, seg, K, flat_reward, flat_reward[pick], within_speed, g.scale_rewards)
+    mean_comps = inner  # (T, R, K, C)
+    result = _result(
+        pilot, pools, history, adv_abs, mean_comps @ w, mean_comps, solved, p0, cfg, weights, speed, kl_scale, acc
+    )
+    result["settings"]["decision_speed"] = decision_speed
+    result["settings"]["within_speed"] = within_speed
+    return result
+
+
+def _by_class(values: np.ndarray, seg: np.ndarray, K: int) -> np.ndarray:
+    """(R, N, ...) per pool episode -> (R, K, ...) summed by class (0 where a class has no episode)."""
+    out = np.zeros((values.shape[0], K, *values.shape[2:]))
+    np.add.at(out, (slice(None), seg), values)
+    return out
+
+
+def _within_probs(phi: np.ndarray, seg: np.ndarray, K: int) -> np.ndarray:
+    """(R, N) within-class logits -> each episode's probability within its class (summing to 1 per class)."""
+    e = np.exp(phi - phi.max(-1, keepdims=True))
+    return e / np.maximum(_by_class(e, seg, K)[:, seg], 1e-300)
+
+
+def _pick_within(inside: np.ndarray, seg: np.ndarray, K: int, cls: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """(R, P, G) pool episodes drawn by their within-class probabilities, given each draw's class `cls` and
+    uniforms `u`: one search over every run's classes laid end to end (run r, class c spans [r*K + c, r*K + c + 1))."""
+    R, N = inside.shape
+    cum = inside.cumsum(-1)
+    first = np.searchsorted(seg, np.arange(K))  # each class's first pool episode
+    before = np.where(first > 0, cum[:, np.maximum(first - 1, 0)], 0.0)  # (R, K) mass of the classes before it
+    within_cdf = np.minimum(cum - before[:, seg], 1.0 - 1e-9)
+    keys = (np.arange(R)[:, None] * K + seg[None, :] + within_cdf).ravel()
+    want = (np.arange(R)[:, None, None] * K + cls + u * (1.0 - 1e-9)).ravel()
+    flat = np.searchsorted(keys, want).reshape(cls.shape) - np.arange(R)[:, None, None] * N
+    return np.clip(flat, 0, N - 1)
+
+
+def within_class_step(
+    phi: np.ndarray,
+    inside: np.ndarray,
+    seg: np.ndarray,
+    K: int,
+    reward: np.ndarray,
+    sampled: np.ndarray,
+    speed: float,
+    scale: str,
+    eps: float = 1e-4,
+) -> np.ndarray:
+    """One natural step of each class's own episodes: an episode's logit moves by its expected advantage in this
+    step's groups (its reward against each group's mean and spread, `sampled` (R, P, G)) less its class's mean, so a
+    class's better episodes grow inside it, sampled or not (a real policy's update reaches
+    episodes like the sampled ones)."""
+    mean = sampled.mean(-1)  # (R, P)
+    spread = sampled.std(-1) + eps if scale == "group" else np.ones_like(mean)
+    if scale == "batch":
+        spread = np.broadcast_to(sampled.std(axis=(-2, -1))[:, None] + eps, mean.shape)
+    adv = ((reward[None, None, :] - mean[..., None]) / spread[..., None]).mean(1)  # (R, N)
+    class_mean = _by_class(inside * adv, seg, K)[:, seg]
+    return phi + speed * (adv - class_mean)
 
 
 GROWS = 0.05
@@ -393,6 +478,20 @@ def growing(p0: np.ndarray, final: np.ndarray) -> dict[str, list[float]]:
     return {CLASSES[i]: [round(float(p0[i]), 3), round(float(final[i]), 3)] for i in order}
 
 
+def winners(final_runs: np.ndarray) -> dict[str, float]:
+    """(R, K) end shares of the seeded runs -> the share of runs each class ends largest in, largest first: a
+    decision that flips in some runs and not in others (the thought dropped) shows as a split, not as a mean."""
+    wins = np.bincount(final_runs.argmax(-1), minlength=len(CLASSES)) / max(final_runs.shape[0], 1)
+    return {CLASSES[i]: round(float(wins[i]), 3) for i in np.argsort(-wins) if wins[i] > 0}
+
+
+def winners_line(wins: dict[str, float], runs: int) -> str:
+    """The winner split in one line, as the CLI prints it."""
+    return f"largest class at the end, share of the {runs} seeded runs: " + ", ".join(
+        f"{c} {share:.0%}" for c, share in wins.items()
+    )
+
+
 def _result(
     pilot: Pilot,
     pools: Pools,
@@ -400,6 +499,7 @@ def _result(
     adv_abs: np.ndarray,
     mean_reward: np.ndarray,
     mean_comps: np.ndarray,
+    solved: np.ndarray,
     p0: np.ndarray,
     cfg: LabConfig,
     weights: dict[str, float],
@@ -409,8 +509,8 @@ def _result(
 ) -> dict[str, Any]:
     curves: dict[str, np.ndarray] = {}
     for j, n in enumerate(pools.names):
-        curves[reward_key(n)] = history @ (mean_comps[:, j] * weights.get(n, 0.0))
-    curves[REWARD_MEAN] = history @ mean_reward
+        curves[reward_key(n)] = (history * mean_comps[..., j]).sum(-1) * weights.get(n, 0.0)
+    curves[REWARD_MEAN] = (history * mean_reward).sum(-1)
     live = p0 > 0
     ratio = np.where(live, history / np.where(live, p0, 1.0), 1.0)
     class_kl = (history * np.log(np.maximum(ratio, 1e-300))).sum(-1) / np.maximum(history @ pools.tokens, 1.0)
@@ -422,7 +522,7 @@ def _result(
     curves[ADV_MEAN_ABS] = adv_abs
     curves[POLICY_LOSS] = cfg.grpo.beta * curves[KL]
     curves[HACK_MASS] = history @ hack
-    curves[SUCCESS] = history @ pools.solved
+    curves[SUCCESS] = (history * solved).sum(-1)
     for i, c in enumerate(CLASSES):
         curves[class_key(c)] = history[..., i]
     means = {k: v.mean(-1) for k, v in curves.items()}
@@ -447,7 +547,7 @@ def _result(
         "pilot": {"source": pilot.source, "episodes": n, "seconds": pilot.seconds},
         "classes": {
             c: {
-                "reward": float(mean_reward[i]),
+                "reward": float(mean_reward[0, 0, i]),
                 "pilot_episodes": int(pools.counts[i]),
                 "reached_by_edit": bool(pools.reached[i] and not pools.counts[i]),  # or by a reference
                 "solved": float(pools.solved[i]),
@@ -460,6 +560,7 @@ def _result(
         },
         "unknown": unknown,
         "growing": growing(p0, final),
+        "winners": winners(history[-1]),
         "notes": notes,
         "settings": {
             "steps": history.shape[0] - 1,

@@ -248,5 +248,6 @@ def forecast_summary(
             f"the pilot samples the model before its {cfg.train.sft_steps} SFT steps; GRPO starts after them: "
             "forecast from the run's first step with `grpolab simulate --pilot RUN`"
         )
-    keep = ("pilot", "growing", "unknown", "accuracy_line", "warnings")
-    return {**{k: result[k] for k in keep}, "notes": notes, "steps": cfg.train.steps}
+    keep = ("pilot", "growing", "winners", "unknown", "accuracy_line", "warnings")
+    runs = result["settings"]["runs"]
+    return {**{k: result[k] for k in keep}, "notes": notes, "steps": cfg.train.steps, "runs": runs}

@@ -219,7 +219,7 @@ def policy_step(
     pi_old: np.ndarray,
     weight: np.ndarray,
     log_p0: np.ndarray,
-    lr: float,
+    lr: float | np.ndarray,
     beta: float,
     epsilon: float,
     mu: int,
@@ -231,7 +231,7 @@ def policy_step(
 
     `natural` takes the step in the softmax's natural (Fisher) geometry: a class's logit moves by its own mean
     advantage, not by its share times it (the preconditioned step an adaptive optimiser such as Adam approximates;
-    on forecast_scoring's runs it scores better than the plain step)."""
+    on forecast_scoring's runs it scores better than the plain step). `lr` may be one step size per class (K,)."""
     shrink = lr * beta
     for epoch in range(mu):
         if epoch == 0:  # ratio = 1 on the first epoch: nothing is clipped yet
