@@ -50,7 +50,19 @@ def first_of_each_group_writes_its_reference(run_episodes):
     return forced
 
 
-def test_the_example_runs_grpo_steps_with_real_tool_calls(example, monkeypatch, tmp_path):
+@pytest.fixture
+def alone():
+    """The example's process has no plugin rewards: ones another test registered in this worker (the scaffold's
+    names_unit, letter U) would clash with the example's own component's letter; they are back afterwards."""
+    from grpolab.rewards import components
+
+    saved = dict(components._REGISTERED)
+    components._REGISTERED.clear()
+    yield
+    components._REGISTERED.update(saved)
+
+
+def test_the_example_runs_grpo_steps_with_real_tool_calls(example, alone, monkeypatch, tmp_path):
     monkeypatch.setattr(example, "run_episodes", first_of_each_group_writes_its_reference(example.run_episodes))
     argv = ["--model", "tiny", "--steps", "2", "--group-size", "3", "--sft-steps", "1", "--out", str(tmp_path)]
     logs, policy = example.main(argv)
