@@ -19,7 +19,7 @@ from grpolab.errors import UserError
 from grpolab.files.limits import MAX_CONFIG_BYTES
 from grpolab.files.nesting import check_nesting
 from grpolab.files.user_input import read_user_file
-from grpolab.plugins import import_plugins, resolve_plugins
+from grpolab.plugins import import_plugins, resolve_plugins, resolve_reward
 from grpolab.reward_defaults import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, SCORE_TIMEOUT_S, THOUGHT_MIN_WORDS
 
 
@@ -233,8 +233,9 @@ DATA_VERIFIERS = ("exact", "numeric", "regex", "json")
 class DataEnvConfig(_Section):
     tools: str = ""
     """Env data's tools: a module of typed functions, as a .py path (from the config's folder) or an import name."""
-    verifier: str = "exact"
-    """How env data checks a final answer: exact, numeric, regex, json, or module:function (your own verifier)."""
+    verifier: str = ""
+    """How a final answer is checked: exact, numeric, regex, json, or module:function (your own verifier). Unset:
+    exact for env data; the class's get_reward() for a TRL environment class (docs/trl-env.md)."""
     tolerance: float | None = Field(None, ge=0)
     """numeric verifier: the largest |answer - truth| that passes (unset: equal when rounded to two decimals)."""
     pattern: str = ""
@@ -250,7 +251,7 @@ class DataEnvConfig(_Section):
     @classmethod
     def _known_verifier(cls, verifier: str) -> str:
         module, _, function = verifier.rpartition(":")
-        if verifier not in DATA_VERIFIERS and not (module and function.isidentifier()):
+        if verifier and verifier not in DATA_VERIFIERS and not (module and function.isidentifier()):
             raise ValueError(
                 f"unknown verifier {verifier!r}; use one of {', '.join(DATA_VERIFIERS)}, or module:function"
             )
@@ -274,12 +275,35 @@ class DataEnvConfig(_Section):
         return self
 
 
+class VerifiersConfig(_Section):
+    env: str = ""
+    """`env = "verifiers"`: the verifiers environment, a module or a .py path (from the config's folder), optionally
+    :attribute (default its load_environment)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for its load_environment (a taskset package: its config fields, e.g. num_tasks)."""
+    verifier: str = ""
+    """The verifiers reward that is the task's verifier (completion); unset: the one of highest weight."""
+    pass_score: float = 1.0
+    """The verifier's score at or above which a task counts as solved."""
+    heldout_fraction: float = Field(0.2, gt=0, lt=1)
+    """Share of the tasks without a split that are held out, chosen by a stable hash of each task's id or prompt."""
+    thought_required: bool = True
+    """The prompt asks every turn to open with a <thought> block, and the format reward checks that it does."""
+    limit: int | None = Field(None, gt=0)
+    """How many tasks to read (required for an unbounded taskset)."""
+
+
 class LabConfig(_Section):
     plugins: list[str] = Field(default_factory=list)
     """Your modules (rewards, environments), as names or .py paths, imported when a config you name is loaded or a run
     is run, never when a run is only read (grpolab.plugins)."""
+    rewards: list[str] = Field(default_factory=list)
+    """TRL reward functions used as written, `file.py:function` or `file.py:*` (every public fn(prompts, completions,
+    **kwargs) in it), imported as plugins are; each is a component named after its function, weight 1.0 unless
+    reward.weights names it (docs/trl-env.md)."""
     env: str = "finance"
-    """Environment name (`grpolab envs` lists them)."""
+    """Environment name (`grpolab envs` lists them), `module:Class`, or `file.py:Class` (a grpolab environment or a
+    TRL environment_factory class)."""
     model: str = "smollm2"
     """smollm2 (embedded SmolLM2-135M-Instruct), tiny (random test model), a Hugging Face id or a local path."""
     seed: int = 0
@@ -291,6 +315,8 @@ class LabConfig(_Section):
     data: list[str] = Field(default_factory=list)
     """Data files for environments that read them (bfcl; data: JSONL task files or saved datasets)."""
     data_env: DataEnvConfig = Field(default_factory=DataEnvConfig)
+    verifiers: VerifiersConfig = Field(default_factory=VerifiersConfig)
+    """`env = "verifiers"`: which verifiers environment, its arguments and its verifier (docs/plugins.md)."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
@@ -299,6 +325,18 @@ class LabConfig(_Section):
     """TRL GRPOConfig arguments passed as written, overriding the mapped ones (trl backend and export only)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+
+    @field_validator("rewards")
+    @classmethod
+    def _reward_references(cls, rewards: list[str]) -> list[str]:
+        for spec in rewards:
+            module, _, function = spec.rpartition(":")
+            if not module.strip() or not (function == "*" or function.isidentifier()):
+                raise ValueError(
+                    f"{spec!r} is not a reward reference; write module:function or file.py:function "
+                    '(file.py:* for every reward function in the file), e.g. rewards = ["rewards.py:names_unit"]'
+                )
+        return rewards
 
 
 def field_doc(dotted: str) -> str:
@@ -399,11 +437,16 @@ def load_config(
         listed = data.get("plugins")
         if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
             data["plugins"] = resolve_plugins(listed, Path(path).resolve().parent)
+        named = data.get("rewards")
+        if isinstance(named, list) and all(isinstance(r, str) and ":" in r for r in named):
+            data["rewards"] = [resolve_reward(r, Path(path).resolve().parent) for r in named]
     if plugins:
         data["plugins"] = list(dict.fromkeys([*data.get("plugins", []), *resolve_plugins(plugins, Path.cwd())]))
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
+        if dotted == "env" and isinstance(value, str) and ":" in value and _is_path(value.rpartition(":")[0]):
+            value = paths_from_folder({"env": value}, Path.cwd())["env"]  # --env file.py:Class, from the cwd
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
@@ -416,18 +459,32 @@ def load_config(
     except ValidationError as exc:
         raise _first_error(exc, source) from None
     import_plugins(cfg.plugins)  # the user named this config (or --plugin): its code is theirs to run
+    rewards: list[str] = []
+    if cfg.rewards:  # the same step for its TRL reward functions (each one a component); the rubric: only for them
+        from grpolab.rewards.functions import import_rewards
+
+        rewards = import_rewards(cfg.rewards)
+    if path is not None:  # the file's own: weight 1.0 where it names none, as TRL weighs a reward function
+        for name in rewards:
+            cfg.reward.weights.setdefault(name, 1.0)
     return cfg
 
 
 def paths_from_folder(data: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """A config file's own relative paths (`data`, `data_env.tools` and a verifier's module, where given as a .py
-    path) made absolute from the file's folder, so that a config works from any working directory and the run's
-    recorded config.json does too. Values of the wrong type are left for validation to name."""
+    """A config file's own relative paths (`data`, `data_env.tools`, and the module of a verifier or of
+    `env = "file.py:Class"`, where given as a .py path) made absolute from the file's folder, so that a config works
+    from any working directory and the run's recorded config.json does too (`rewards` are resolved as `plugins`
+    are, in `load_config`). Values of the wrong type are left for validation to name."""
     folder = folder.absolute()
 
     def located(value: Any) -> Any:
         return str(folder / value) if isinstance(value, str) and value and not Path(value).is_absolute() else value
 
+    env = data.get("env")
+    if isinstance(env, str) and ":" in env:
+        module, _, attr = env.rpartition(":")
+        if _is_path(module):
+            data = {**data, "env": f"{located(module)}:{attr}"}
     if isinstance(data.get("data"), list):
         data = {**data, "data": [located(v) for v in data["data"]]}
     section = data.get("data_env")
@@ -442,6 +499,12 @@ def paths_from_folder(data: dict[str, Any], folder: Path) -> dict[str, Any]:
             if _is_path(module):
                 section["verifier"] = f"{located(module)}:{function}"
         data = {**data, "data_env": section}
+    section = data.get("verifiers")
+    if isinstance(section, dict) and isinstance(section.get("env"), str):
+        spec = section["env"]
+        module, colon, attr = spec.rpartition(":") if _is_path(spec.rpartition(":")[0]) else (spec, "", "")
+        if _is_path(module):
+            data = {**data, "verifiers": {**section, "env": f"{located(module)}{colon}{attr}"}}
     return data
 
 

@@ -12,6 +12,9 @@ a config file or `--plugin` the user names; a run's recorded plugins are importe
 the run (`train --resume`, `eval`, `compare`, `chat`, `export-model`, `simulate --real`: `RunDir.config_to_run`,
 which says so), never by one that reads it (the lab's views, `report`): a run folder someone shares is data.
 
+A config's `rewards` (TRL reward functions, `file.py:function` or `file.py:*`) are imported the same way and in the
+same step, and registered as reward components (`grpolab.rewards.functions.import_rewards`).
+
 A plugin file is imported under a private name (`grpolab_user.<stem>`, `private_name`), so a user's `datasets.py`
 never takes the place of the `datasets` package in `sys.modules`.
 """
@@ -71,6 +74,13 @@ def resolve_plugins(specs: Iterable[str], base: Path) -> list[str]:
         if r not in resolved:
             resolved.append(r)
     return resolved
+
+
+def resolve_reward(spec: str, base: Path) -> str:
+    """A `rewards` entry (`module:function`, `file.py:function`, `file.py:*`) with its module resolved as a plugin is
+    (`resolve_plugin`: an absolute path for a file, a local `NAME.py` found in `base`, else the module's name)."""
+    module, _, function = spec.strip().rpartition(":")
+    return f"{resolve_plugin(module, base)}:{function}" if module.strip() else spec
 
 
 def import_plugins(specs: Iterable[str]) -> list[ModuleType]:

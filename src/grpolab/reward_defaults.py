@@ -12,3 +12,7 @@ SCORE_TIMEOUT_S = 5.0
 MAX_REPLAYED_CALLS = 16
 """Calls that scoring runs again per transcript (`rewards/replay.py`): each may cost up to its tool's timeout, and
 scoring has no timeout of its own. `rollout.max_turns` may not exceed it, so no rollout is ever cut short."""
+
+BUILTIN_NAMES = frozenset({"format", "schema", "completion", "length", "code_block", "lenient_completion"})
+"""The built-in reward components' names (`grpolab.rewards.components.BUILTIN_COMPONENTS`, which checks it on
+import): what an environment's own component may not be called."""

@@ -36,6 +36,7 @@ from grpolab.cli.options import (
 )
 from grpolab.errors import UserError
 from grpolab.plugins import import_plugins
+from grpolab.rewards.functions import import_rewards
 
 if TYPE_CHECKING:
     from grpolab.agent.chat import ChatEvent
@@ -135,6 +136,7 @@ def _model_config(config: Path | None, env: str | None, model: str | None, seed:
     exported = exported_config(Path(model)) if model and Path(model).is_dir() else None
     if exported is not None and config is None and env is None:
         import_plugins(exported.plugins)  # chatting with an export runs it: the plugins its run recorded
+        import_rewards(exported.rewards)
         return exported
     return resolve_config(config, env, model, seed)
 

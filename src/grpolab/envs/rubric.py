@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from grpolab.errors import UserError
 
+Completions = Literal["text", "messages"]
+"""How a TRL-shaped function gets its prompts and completions (`RewardComponent.completions`)."""
 Shape = Literal["grpolab", "trl"]
 """grpolab: `fn(replay, task, env, ctx) -> (value, reason)`; trl: `fn(prompts, completions, **kwargs)`."""
 
@@ -47,6 +49,10 @@ class RewardComponent:
     shaping: bool = False
     """Learned on the way to the verifier (the protocol: format, schema): the reward attribution flags it only once
     it has outrun the verifier for `watch.shaping_patience` steps in a row (`trust.attribution`)."""
+    completions: Completions = "text"
+    """What a TRL-shaped function gets as `prompts` and `completions`: text (each task's prompt, each transcript) or
+    messages (TRL's conversational form, as TRL gives a reward function on tool-calling data: a prompt is a list
+    with one user message, a completion the list of assistant and tool messages; `rewards.score`)."""
 
 
 def function_shape(fn: object) -> Shape:
@@ -66,18 +72,23 @@ def make_component(
     description: str = "",
     shape: Shape | None = None,
     shaping: bool = False,
+    completions: Completions = "text",
 ) -> RewardComponent:
     """A user's component: `weight` is its default weight, the letter its short form in breakdowns (default: the
     name); the shape is read from `fn`'s signature unless given; `shaping` marks a component learned on the way to
-    the verifier (`RewardComponent.shaping`). A bad name is a UserError."""
+    the verifier (`RewardComponent.shaping`); `completions` the form a TRL-shaped one is given its transcripts in
+    (`RewardComponent.completions`). A bad name is a UserError."""
     if not name.isidentifier():
         raise UserError(f"reward component name {name!r} is not an identifier", "use letters, digits and _")
     if not callable(fn):
         raise UserError(f"reward component {name!r} is a {type(fn).__name__}, not a function", "pass a function")
     if shape not in (None, "grpolab", "trl"):
         raise UserError(f"reward component {name!r}: unknown shape {shape!r}", 'use shape="grpolab" or shape="trl"')
+    if completions not in ("text", "messages"):
+        raise UserError(f"reward component {name!r}: unknown completions {completions!r}", 'use "text" or "messages"')
     doc = description or " ".join((fn.__doc__ or "").split())
-    return RewardComponent(name, letter or name, float(weight), fn, doc, False, shape or function_shape(fn), shaping)
+    shape = shape or function_shape(fn)
+    return RewardComponent(name, letter or name, float(weight), fn, doc, False, shape, shaping, completions)
 
 
 def check_letters(components: Iterable[RewardComponent]) -> None:
@@ -116,10 +127,11 @@ class Rubric:
         description: str = "",
         shape: Shape | None = None,
         shaping: bool = False,
+        completions: Completions = "text",
     ) -> RewardComponent:
-        """Add a component of this rubric's own (`make_component`: default weight, letter, shape, shaping); a letter
-        another of its components has is a UserError (`check_letters`)."""
-        component = make_component(name, fn, letter, weight, description, shape, shaping)
+        """Add a component of this rubric's own (`make_component`: default weight, letter, shape, shaping, the form of
+        its completions); a letter another of its components has is a UserError (`check_letters`)."""
+        component = make_component(name, fn, letter, weight, description, shape, shaping, completions)
         check_letters({**self.components, name: component}.values())
         self.own[name] = component
         return component

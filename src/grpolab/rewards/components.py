@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grpolab.envs.numeric import ANSWER_TOLERANCE, extract_numbers
-from grpolab.envs.rubric import RewardComponent, Shape, check_letters, make_component
+from grpolab.envs.rubric import Completions, RewardComponent, Shape, check_letters, make_component
 from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
 
 # defined in a leaf that the config imports without the environments; re-exported (`X as X`) for scoring and the trust
 # layer, which read them here
+from grpolab.reward_defaults import BUILTIN_NAMES as BUILTIN_NAMES
 from grpolab.reward_defaults import DEFAULT_LENGTH_UNIT as DEFAULT_LENGTH_UNIT
 from grpolab.reward_defaults import MAX_REPLAYED_CALLS as MAX_REPLAYED_CALLS
 from grpolab.reward_defaults import SCORE_TIMEOUT_S as SCORE_TIMEOUT_S
@@ -187,7 +188,8 @@ BUILTIN_COMPONENTS = (
 )
 # fmt: on
 """The built-in components, in table order (`rewards.rubric.BUILTIN_RUBRIC`)."""
-BUILTIN_NAMES = frozenset(c.name for c in BUILTIN_COMPONENTS)
+if BUILTIN_NAMES != {c.name for c in BUILTIN_COMPONENTS}:  # the leaf's list (reward_defaults) is this table's names
+    raise RuntimeError("grpolab.reward_defaults.BUILTIN_NAMES does not name the built-in components")
 
 
 def standard_names() -> list[str]:
@@ -211,14 +213,16 @@ def register_reward(
     weight: float = 0.0,
     shape: Shape | None = None,
     shaping: bool = False,
+    completions: Completions = "text",
 ) -> RewardComponent:
     """Add a reward component to every environment's rubric (a plugin's reward for the built-in environments); an
     environment adds its own with `self.rubric.add(...)`. Its default weight is `weight` (0: scored only where the
-    config weights it). A built-in name, or a letter a built-in or another registered component has, is a
+    config weights it); `completions="messages"` gives a TRL-shaped function TRL's conversational prompts and
+    completions instead of text. A built-in name, or a letter a built-in or another registered component has, is a
     UserError (`check_letters`)."""
     if name in BUILTIN_NAMES:
         raise UserError(f"reward component {name!r} is built in", "give your component another name")
-    component = make_component(name, fn, letter, weight, description, shape, shaping)
+    component = make_component(name, fn, letter, weight, description, shape, shaping, completions)
     check_letters([*BUILTIN_COMPONENTS, *{**_REGISTERED, name: component}.values()])
     _REGISTERED[name] = component
     return component

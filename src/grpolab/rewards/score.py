@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.envs.base import Environment, Task
+from grpolab.protocol import ParsedTranscript, parse_transcript
 from grpolab.rewards.components import (
     DEFAULT_LENGTH_UNIT,
     SCORE_TIMEOUT_S,
@@ -163,7 +164,14 @@ def _score_replays(
     for name in rubric.scored(weights):
         c = components[name]
         if c.shape == "trl":
-            results = _batched(c, [task for task, _, _ in items], [text for _, text, _ in items], timeout_s)
+            states = (
+                [r.evidence.state if r.evidence is not None else None for r in replays]
+                if getattr(env, "stateful", False)
+                else None
+            )
+            results = _batched(
+                c, [task for task, _, _ in items], [text for _, text, _ in items], timeout_s, replays, states
+            )
         else:
             results = [_one(c, r, task, env, ctx, timeout_s) for r, (task, _, _), ctx in zip(replays, items, contexts)]
         for i, (value, reason, error) in enumerate(results):
@@ -210,27 +218,41 @@ TASK_COLUMNS = ("task_id", "answer", "truth", "kind")
 
 
 def _batched(
-    c: RewardComponent, tasks: list[Task], texts: list[str], timeout_s: float
+    c: RewardComponent,
+    tasks: list[Task],
+    texts: list[str],
+    timeout_s: float,
+    replays: list[Replay] | None = None,
+    states: list[Any] | None = None,
 ) -> list[tuple[float, str, bool]]:
     """A TRL-shaped component on all transcripts in one call, as TRL calls its reward functions: prompts,
-    completions (the transcripts) and one column per task field; None is "not applicable" (0). The call's time
-    limit is `timeout_s` per transcript."""
+    completions (the transcripts, or TRL's messages: `RewardComponent.completions`), one column per task field, and
+    `environments` where the environment is stateful (each episode's state, `EpisodeState.state`: a TRL environment
+    class's instance, as TRL passes its environments); None is "not applicable" (0). The call's time limit is
+    `timeout_s` per transcript."""
     columns: dict[str, list[Any]] = {
         "task_id": [t.id for t in tasks],
         "answer": [t.answer for t in tasks],
         "truth": [t.truth for t in tasks],
         "kind": [t.kind for t in tasks],
     }
+    if states is not None:
+        columns["environments"] = list(states)
     for key in dict.fromkeys(k for t in tasks for k in t.meta):
         if key not in columns and key not in ("prompts", "completions"):
             columns[key] = [t.meta.get(key) for t in tasks]
     params = inspect.signature(c.fn).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         columns = {k: v for k, v in columns.items() if k in params}  # a function that takes only some columns
-    prompts = [t.prompt for t in tasks]
+    prompts: list[Any] = [t.prompt for t in tasks]
+    completions: list[Any] = texts
+    if c.completions == "messages":
+        prompts = [[{"role": "user", "content": p}] for p in prompts]
+        parsed = [r.parsed for r in replays] if replays is not None else [parse_transcript(t) for t in texts]
+        completions = [completion_messages(p) for p in parsed]
     try:
         limit = timeout_s * len(tasks)
-        out = call_with_time_limit(lambda: c.fn(prompts=prompts, completions=texts, **columns), limit, _what(c))
+        out = call_with_time_limit(lambda: c.fn(prompts=prompts, completions=completions, **columns), limit, _what(c))
         if not isinstance(out, (list, tuple)) or len(out) != len(tasks):
             raise TypeError(f"returned {type(out).__name__}, not a list of {len(tasks)} floats (or None)")
         results = []
@@ -246,6 +268,47 @@ def _batched(
         return [_timed_out(exc)] * len(tasks)
     except Exception as exc:  # every transcript of the batch: counted and shown, never silently 0
         return [_error(exc)] * len(tasks)
+
+
+def completion_messages(parsed: ParsedTranscript) -> list[dict[str, Any]]:
+    """A transcript as TRL gives a tool-calling completion to a reward function: assistant messages (their text as
+    `content`, a thought as `reasoning_content` as TRL's response schemas parse one, and `tool_calls` as
+    `{"type": "function", "function": {"name", "arguments"}}`), each answered call's `{"role": "tool", "name",
+    "content"}` (the response as the model saw it); the final answer is the last assistant message's content. A
+    call that does not parse stays in the text."""
+    messages: list[dict[str, Any]] = []
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    named: list[str] = []  # the turn's calls by name, in order: what each response answers
+
+    def flush() -> None:
+        if content or reasoning or calls:
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(content).strip()}
+            if reasoning:
+                message["reasoning_content"] = "\n".join(reasoning)
+            if calls:
+                message["tool_calls"] = list(calls)
+            messages.append(message)
+        content.clear()
+        reasoning.clear()
+        calls.clear()
+
+    for seg in parsed.segments:
+        if seg.kind == "tool_response":
+            flush()
+            messages.append({"role": "tool", "name": named.pop(0) if named else "", "content": seg.text.strip()})
+        elif seg.kind == "tool_call" and seg.call is not None and seg.call.ok:
+            calls.append({"type": "function", "function": {"name": seg.call.name, "arguments": seg.call.arguments}})
+            named.append(seg.call.name or "")
+        elif seg.kind == "thought":
+            reasoning.append(seg.text.strip())
+        elif seg.kind == "text":
+            content.append(seg.text)
+        else:  # a call that does not parse: the model's text, as TRL's parser leaves it
+            content.append(f"<{seg.kind}>{seg.text}</{seg.kind}>" if seg.closed else f"<{seg.kind}>{seg.text}")
+    flush()
+    return messages or [{"role": "assistant", "content": ""}]
 
 
 def score_episodes(

@@ -17,6 +17,7 @@ from grpolab.errors import UserError
 from grpolab.files.atomic import atomic_write, atomic_write_dir, atomic_write_text, unused_name
 from grpolab.files.json_files import append_jsonl, read_json, read_jsonl, write_jsonl
 from grpolab.plugins import import_plugins, is_imported
+from grpolab.rewards.functions import import_rewards
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
     CHECKPOINTS_DIR,
@@ -101,11 +102,13 @@ class Artifacts(RunPath):
         eval, compare, chat, export-model, simulate --real), which the user asked to run. Each plugin it imports is
         named in `notes`, as code of the run's that now runs here; one that no longer imports is a UserError."""
         cfg = self.read_config()
-        new = [p for p in cfg.plugins if not is_imported(p)]
+        modules = dict.fromkeys([*cfg.plugins, *(r.rpartition(":")[0] for r in cfg.rewards)])
+        new = [p for p in modules if not is_imported(p)]
         if new and notes is not None:
             shown = ", ".join(new)
             notes.append(f"running {self.path} imports the plugins it records (their code runs here): {shown}")
         import_plugins(cfg.plugins)
+        import_rewards(cfg.rewards)  # its TRL reward functions, from the files it records
         return cfg
 
     def write_env_facts(self, thought_required: bool, letters: dict[str, str]) -> None:

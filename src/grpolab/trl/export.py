@@ -276,9 +276,9 @@ def export_trl(
     never replaced; no folder is made but `accelerate_dir` itself), checked before anything is written; `flags`
     name the options in the UserError. The script imports the config's plugins (by their recorded paths or names)
     before it reads its config; a standalone script cannot carry them and is refused."""
-    if standalone and cfg.plugins:
+    if standalone and (cfg.plugins or cfg.rewards):
         raise UserError(
-            f"--standalone bundles grpolab alone, not the plugins {', '.join(cfg.plugins)}",
+            f"--standalone bundles grpolab alone, not the plugins {', '.join([*cfg.plugins, *cfg.rewards])}",
             "export without --standalone (the script then imports the plugins from where they are), or install "
             "grpolab and the plugins where the script runs",
         )

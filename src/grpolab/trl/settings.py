@@ -76,7 +76,17 @@ def longest_prompt(cfg: LabConfig) -> int:
     at hand (a Hugging Face id not cached here: the cap then counts the policy budget alone)."""
     return _longest_prompt(
         cfg.model_dump_json(
-            include={"model", "env", "task_kinds", "prompt_example", "data", "data_env", "plugins", "rollout"}
+            include={
+                "model",
+                "env",
+                "task_kinds",
+                "prompt_example",
+                "data",
+                "data_env",
+                "verifiers",
+                "plugins",
+                "rollout",
+            }
         )
     )
 
@@ -227,6 +237,7 @@ def lora_settings(cfg: LabConfig) -> list[Setting] | None:
 
 MAPPED: dict[str, str] = {
     "plugins": "imported by the script before its config is read (their rewards and environments)",
+    "rewards": "imported by the script before its config is read (one reward function per weighted one)",
     "env": "the dataset rows and the lab rollout (`prompt_rows`, `LabRollout`)",
     "model": "the model TRL trains",
     "seed": "GRPOConfig.seed and the lab rollout's sampling seeds",
@@ -240,6 +251,13 @@ MAPPED: dict[str, str] = {
     "data_env.instructions": "env data's system prompt in every dataset row",
     "data_env.thought_required": "env data's system prompt in every dataset row and the format reward function",
     "data_env.heldout_fraction": "env data's train split, hence the dataset rows",
+    "verifiers.env": "env verifiers' environment: the dataset rows, the lab rollout's tools, its reward functions",
+    "verifiers.args": "env verifiers' load_environment arguments, hence the dataset rows",
+    "verifiers.verifier": "env verifiers' verifier, in the completion reward function",
+    "verifiers.pass_score": "env verifiers' verifier, in the completion reward function",
+    "verifiers.heldout_fraction": "env verifiers' train split, hence the dataset rows",
+    "verifiers.thought_required": "env verifiers' system prompt in every dataset row and the format reward function",
+    "verifiers.limit": "env verifiers' tasks, hence the dataset rows",
     "reward.weights": "reward_weights (one TRL reward function per component)",
     "trl": "GRPOConfig, as written (over the mapped arguments)",
     "reward.length_unit": "the length reward function (the lab's scorer)",

@@ -31,6 +31,7 @@ _ENDINGS = {
     "numeric": "State the result as one number in one short sentence.",
     "regex": "Give the final answer in one short sentence.",
     "json": "Reply with the answer as JSON alone.",
+    "get_reward": "When you are done, say in one short sentence what you did or found.",
 }
 
 
@@ -61,16 +62,32 @@ class DataEnv(Environment):
         if settings is None:
             raise UserError("env 'data' has no [data_env] settings", "build it with grpolab.envs.env_for(config)")
         self.settings = settings
-        self.toolbox = ToolBox(tools_from_module(self.settings.tools) if self.settings.tools else [])
-        self.check: AnswerCheck = check_for(self.settings)
+        self.toolbox = self._toolbox()
+        self.check: AnswerCheck = self._check()
         self.thought_required = self.settings.thought_required
         self.instructions = self.settings.instructions or default_instructions(
-            bool(self.toolbox.tools), self.settings.verifier
+            bool(self.toolbox.tools), self.verifier_name
         )
         self.task_kinds: list[str] | None = list(task_kinds) if task_kinds else None
         """Kinds to serve (None: all). `grpolab.envs.get_env` sets it from `task_kinds` once it has checked them."""
         self._tasks = self._load(files)
         self._example: str | None = None
+
+    no_tools = "env data has no tools (set data_env.tools to your tools module)"
+    """Why a row may not name reference calls when there are no tools (a subclass's own tools say otherwise)."""
+
+    def _toolbox(self) -> ToolBox:
+        """The tools: `data_env.tools`'s functions (a subclass may have its own)."""
+        return ToolBox(tools_from_module(self.settings.tools) if self.settings.tools else [])
+
+    def _check(self) -> AnswerCheck:
+        """The verifier `data_env.verifier` names (exact when unset)."""
+        return check_for(self.settings)
+
+    @property
+    def verifier_name(self) -> str:
+        """The verifier's name as instructions and errors say it: `data_env.verifier`, exact when unset."""
+        return self.settings.verifier or "exact"
 
     @property
     def example(self) -> str:  # type: ignore[override]
@@ -128,7 +145,7 @@ class DataEnv(Environment):
         calls = [(c.name, c.arguments) for c in parsed.reference_calls]
         if (calls or parsed.needs_tools) and not self.toolbox.tools:
             field = "reference_calls" if calls else "needs_tools"
-            return f"{where}: field '{field}': env data has no tools (set data_env.tools to your tools module)"
+            return f"{where}: field '{field}': {self.no_tools}"
         for i, (name, arguments) in enumerate(calls):
             tool = self.toolbox.get(name)
             if tool is None:
@@ -162,7 +179,7 @@ class DataEnv(Environment):
                 given = "" if parsed.reference_answer is not None else " (it defaults to the answer)"
                 return (
                     f"{where}: field 'reference_answer': {task.reference_answer!r}{given} fails verifier "
-                    f"{self.settings.verifier} ({verdict.reason})"
+                    f"{self.verifier_name} ({verdict.reason})"
                 )
         split = parsed.split or row.source_split
         if split is None:

@@ -31,6 +31,9 @@ def load_module(spec: str, what: str) -> ModuleType:
         name = private_name(path)
         if name in sys.modules:  # this very file, imported before (as a plugin too)
             return sys.modules[name]
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # as a plugin's: it may import its siblings (last: never before the stdlib)
+            sys.path.append(folder)
         module_spec = importlib.util.spec_from_file_location(name, path)
         if module_spec is None or module_spec.loader is None:
             raise UserError(f"{what} {spec} is not a Python module", "name a .py file")

@@ -261,7 +261,9 @@ def as_verdict(value: Any, spec: str) -> Verdict:
 
 
 def check_for(settings: DataEnvConfig) -> AnswerCheck:
-    """The verifier the config names (a user's is imported now: a missing module fails before any model loads)."""
-    if settings.verifier in CHECKS:
-        return CHECKS[settings.verifier](settings)
-    return user_check(settings.verifier)
+    """The verifier the config names, exact when it names none (a user's is imported now: a missing module fails
+    before any model loads)."""
+    name = settings.verifier or "exact"
+    if name in CHECKS:
+        return CHECKS[name](settings)
+    return user_check(name)
