@@ -1,6 +1,7 @@
 """Shared fixtures: environments, the CLI in-process, the CLI as a subprocess, and a small training config."""
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,23 @@ TINY_SETTINGS = {
     "train.eval_every": 0,
 }
 """Config overrides for the tiny random model: a GRPO step in about a second."""
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def cut_to_tiny(config: Path, steps: int) -> None:
+    """A user's config.toml cut to the tiny model's size (`steps` GRPO steps, the rest as written)."""
+    text = config.read_text()
+    for key, value in {"group_size": 2, "max_new_tokens": 12, "steps": steps, "sft_steps": 1, "eval_limit": 2}.items():
+        text = re.sub(rf"(?m)^{key} = \S+", f"{key} = {value}", text)
+    config.write_text('model = "tiny"\n' + text)
+
+
+def run_grpolab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`grpolab ARGS` in a fresh interpreter from `cwd`, this checkout's source first on the path."""
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run(
+        [sys.executable, "-m", "grpolab.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="session")

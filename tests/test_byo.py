@@ -4,12 +4,12 @@ wrapper: check, train, train --resume, eval --run, compare, report, export-trl."
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 from grpolab.scaffold import new_env
+from tests.conftest import cut_to_tiny, run_grpolab
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -18,19 +18,11 @@ def tiny_folder(tmp_path: Path) -> Path:
     """A new-env folder with its config cut to the tiny model's size (the rest as written)."""
     (tmp_path / "user").mkdir()  # new-env never makes the folder it writes into
     folder = new_env("units", tmp_path / "user")
-    config = folder / "config.toml"
-    text = config.read_text()
-    for key, value in {"group_size": 2, "max_new_tokens": 12, "steps": 2, "sft_steps": 1, "eval_limit": 2}.items():
-        text = re.sub(rf"(?m)^{key} = \S+", f"{key} = {value}", text)
-    config.write_text('model = "tiny"\n' + text)
+    cut_to_tiny(folder / "config.toml", steps=2)
     return folder
 
 
-def grpolab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC}
-    return subprocess.run(
-        [sys.executable, "-m", "grpolab.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+grpolab = run_grpolab  # the CLI in a fresh interpreter (tests.conftest)
 
 
 def test_a_new_env_folder_runs_every_command_with_no_wrapper(tmp_path):

@@ -6,10 +6,8 @@ TRL's conversational completions and the episodes' instances (`environments`).""
 import importlib.util
 import json
 import math
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from grpolab.envs import env_for
 from grpolab.envs.trl_env import TrlEnv
 from grpolab.rewards.components import registered_components, unregister_reward
 from grpolab.rewards.score import score_transcript
+from tests.conftest import cut_to_tiny, run_grpolab
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "trl_env"
@@ -317,19 +316,11 @@ def tiny_example(tmp_path: Path) -> Path:
     """The example folder with its config cut to the tiny model's size (the rest as written)."""
     folder = tmp_path / "shop"
     shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    config = folder / "config.toml"
-    text = config.read_text()
-    for key, value in {"group_size": 2, "max_new_tokens": 12, "steps": 1, "sft_steps": 1, "eval_limit": 2}.items():
-        text = re.sub(rf"(?m)^{key} = \S+", f"{key} = {value}", text)
-    config.write_text('model = "tiny"\n' + text)
+    cut_to_tiny(folder / "config.toml", steps=1)
     return folder
 
 
-def grpolab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC}
-    return subprocess.run(
-        [sys.executable, "-m", "grpolab.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+grpolab = run_grpolab  # the CLI in a fresh interpreter (tests.conftest)
 
 
 def test_the_example_checks_trains_and_evaluates_with_no_change(tmp_path):
