@@ -40,7 +40,7 @@ def test_a_new_env_folder_runs_every_command_with_no_wrapper(tmp_path):
     trained = grpolab("train", "--config", config, "--out", str(run), "--quiet", cwd=elsewhere)
     assert trained.returncode == 0, trained.stderr
     recorded = json.loads((run / "config.json").read_text())
-    assert recorded["plugins"] == [str(folder / "rewards.py")]
+    assert recorded["rewards"] == [f"{folder / 'rewards.py'}:names_unit"] and recorded["plugins"] == []
     assert recorded["data"] == [str(folder / "tasks.jsonl")]
     assert recorded["data_env"]["tools"] == str(folder / "tools.py")
     rows = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]

@@ -4,7 +4,7 @@
 database (`shop.py`, `schema.sql`, `seed.sql` and tasks written by `shop_seed` / `shop_tasks`).
 
 The folder is a `data` environment (docs/data-env.md): `tools.py` (typed functions), `tasks.jsonl` (rows with
-reference solutions, written here by `unit_tasks`), `rewards.py` (a plugin adding a TRL-shaped reward component),
+reference solutions, written here by `unit_tasks`), `rewards.py` (a plain TRL-shaped reward function),
 `config.toml` naming them, `test_NAME.py` and a README. It passes `grpolab check --config NAME/config.toml --model
 tiny` as written. The templates are real files in `template/`, linted with the package; `{name}` in the README is
 the one substitution.

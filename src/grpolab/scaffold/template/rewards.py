@@ -1,15 +1,12 @@
-"""Your own reward components. This file is a plugin: config.toml names it, and grpolab imports it first.
+"""Your own reward: a plain function in TRL's reward_funcs shape, with no grpolab import. config.toml names it
+(`rewards = ["rewards.py:names_unit"]`) and weights it in [reward.weights] under its function's name.
 
-A component is a function of either shape:
-- TRL's: `fn(prompts, completions, **kwargs) -> list[float | None]`, one value per completion (None: does not
-  apply). kwargs carry each task's fields as columns: `answer`, `truth`, `kind`, `task_id` and every key of the
-  row's `meta` (here `to_unit`).
-- grpolab's: `fn(replay, task, env, ctx) -> (value, reason)`, one transcript at a time (docs/plugins.md).
-`register_reward` adds it to every environment's rubric; give it a weight in config.toml's [reward.weights].
-`grpolab check --config config.toml` then probes whether it can be gamed, as it does the built-in rewards.
+`fn(prompts, completions, **kwargs) -> list[float | None]`, one value per completion (None: does not apply), called
+as TRL calls it: each completion is the episode's messages (assistant turns with their tool calls, the tool
+responses, then the final answer), and kwargs carry each task's fields as columns: `answer`, `truth`, `kind`,
+`task_id` and every key of the row's `meta` (here `to_unit`). `grpolab check --config config.toml` then probes
+whether it can be gamed, as it does the built-in rewards.
 """
-
-from grpolab import register_reward
 
 UNIT_WORDS = {
     "km": ("km", "kilometre", "kilometer"),
@@ -25,17 +22,16 @@ UNIT_WORDS = {
 }
 
 
-def names_the_unit(prompts: list, completions: list, to_unit: list, **kwargs) -> list:
+def names_unit(prompts: list, completions: list, to_unit: list, **kwargs) -> list:
     """1 when the last line of the answer names the unit the task asks for, else 0."""
     scores = []
     for completion, unit in zip(completions, to_unit):
         if unit is None:
             scores.append(None)
             continue
-        last = completion.strip().splitlines()[-1].lower() if completion.strip() else ""
+        answer = completion[-1]["content"] if completion and completion[-1]["role"] == "assistant" else ""
+        last = answer.strip().splitlines()[-1].lower() if answer.strip() else ""
         words = last.replace(".", " ").replace(",", " ").split()
         scores.append(1.0 if any(w.startswith(u) for w in words for u in UNIT_WORDS[unit]) else 0.0)
     return scores
 
-
-register_reward("names_unit", names_the_unit, letter="U", description="the answer names the unit asked for")
