@@ -101,7 +101,8 @@ def test_the_rows_become_tasks_with_a_stable_heldout_split(units):
     task = units.task("convert-00")
     assert task.prompt == "Convert 3.5 miles to kilometres."
     assert (task.answer, task.truth) == ("5.63", 5.63)
-    assert task.meta == {"answer": 5.63, "info": {"from_unit": "mi", "to_unit": "km"}}  # the row's own fields
+    assert task.meta["answer"] == 5.63 and task.meta["info"] == {"from_unit": "mi", "to_unit": "km"}  # its own fields
+    assert task.reference_calls == [("convert", {"value": 3.5, "from_unit": "mi", "to_unit": "km"})]
     assert task.needs_tools and not units.stateful
     prompt = units.system_prompt(task)
     assert prompt.startswith("You convert units. Use the convert tool")  # the row's system prompt

@@ -48,6 +48,10 @@ def rows(n: int) -> list[dict]:
                 "question": f"Convert {value} {NAMES[src]} to {NAMES[dst]}.",
                 "answer": answer,
                 "info": {"from_unit": src, "to_unit": dst},
+                "reference_calls": [
+                    {"name": "convert", "arguments": {"value": value, "from_unit": src, "to_unit": dst}}
+                ],
+                "reference_answer": f"{value} {NAMES[src]} is {answer} {NAMES[dst]}.",
             }
         )
     return out
@@ -67,6 +71,10 @@ class UnitTools(vf.Toolset[vf.ToolsetConfig]):
 class ConvertData(vf.TaskData):
     answer: float
     info: dict
+    reference_calls: list[dict] = []
+    """A worked solution (verifiers ignores it; grpolab's SFT warm start trains on it): the tool calls that solve it."""
+    reference_answer: str = ""
+    """And the sentence that answers after them."""
 
 
 class ConvertTaskConfig(vf.TaskConfig):
@@ -116,6 +124,8 @@ class ConvertTaskset(vf.Taskset[ConvertTask, ConvertConfig]):
                 system_prompt=SYSTEM_PROMPT,
                 answer=row["answer"],
                 info=row["info"],
+                reference_calls=row["reference_calls"],
+                reference_answer=row["reference_answer"],
             )
             yield ConvertTask(data, self.config.task)
 
