@@ -374,6 +374,35 @@ def _forecast(f: dict[str, Any]) -> list[str]:
     ]
 
 
+def _example_runs(e: dict[str, Any]) -> list[str]:
+    """The TRL and verifiers examples, checked and trained on the embedded model with no change to their code."""
+    titles = {
+        "trl_env": "a TRL environment_factory class and its reward_funcs (examples/trl_env)",
+        "verifiers_env": "a verifiers 0.4 environment (examples/verifiers_env)",
+    }
+    head = (
+        "| environment | probes below honest work | held-out success: base / after SFT / after GRPO | "
+        "reward per step: first / last |"
+    )
+    lines = [head, "| --- | --- | --- | --- |"]
+    for name, r in e["runs"].items():
+        h = r["heldout"]
+        shown = " / ".join(pct(h[k]["success"]) if h[k]["success"] is not None else "n/a" for k in h)
+        m = r["smallest_margin"]
+        probes = (
+            f"{r['probes'] - len(r['gameable'])} of {r['probes']} (smallest margin {m['probe']} {m['margin']:+.2f})"
+        )
+        rewards = r["reward_per_step"]
+        steps = f"{rewards[0]:+.2f} / {rewards[-1]:+.2f} over {r['grpo_steps']} steps" if rewards else "n/a"
+        lines.append(f"| {titles.get(name, name)} | {probes} | {shown} of {r['heldout_tasks']} tasks | {steps} |")
+    text = (
+        f"Each example's own config as written (SmolLM2, 10 SFT steps on its rows' references, 10 GRPO steps of G=8 x "
+        f"2 prompts), `{e['command']}`, {e['date']}. Each held out only a few of its rows: these runs show that the "
+        "environments are checked and trained with no change to their code, not how much GRPO adds."
+    )
+    return ["### Environments written for TRL and for verifiers, run unchanged", "", para(text), "", *lines]
+
+
 TRANSFER = {
     "learning_transfer": "finance (kinds with a verifier only, shifted tools)",
     "learning_transfer_bfcl_lr": "BFCL, from the warm start at SFT lr 2.5e-4",
@@ -401,6 +430,7 @@ def sections() -> list[str]:
         ("bfcl_parity", _bfcl_parity),
         ("hack_detection", _hack_detection),
         ("forecast_scoring", _forecast),
+        ("example_runs", _example_runs),
         ("tau2_retail", _tau2_retail),
     ):
         result = load(name)
