@@ -34,4 +34,3 @@ def names_unit(prompts: list, completions: list, to_unit: list, **kwargs) -> lis
         words = last.replace(".", " ").replace(",", " ").split()
         scores.append(1.0 if any(w.startswith(u) for w in words for u in UNIT_WORDS[unit]) else 0.0)
     return scores
-
