@@ -376,7 +376,7 @@ def test_the_form_is_generated_from_the_bounds_defaults_and_field_docs():
 
 
 def test_the_form_over_a_user_config_has_a_weight_per_component_of_its_env(tmp_path, request):
-    # `grpolab lab --config` on a folder new-env wrote: a data environment and a plugin's reward component
+    # `grpolab lab --config` on a folder new-env wrote: a data environment and a reward function of the user's
     from grpolab.lab import form, handlers
     from grpolab.scaffold import new_env
 
@@ -395,7 +395,8 @@ def test_the_form_over_a_user_config_has_a_weight_per_component_of_its_env(tmp_p
     cfg = form.config_from_form(values)
     assert cfg.reward.weights["names_unit"] == 2.0 and (cfg.data, cfg.plugins) == (base.data, base.plugins)
     cards, _, probes = handlers.simulate_view(values)
-    assert "lab-error" not in cards + probes and "U:" in probes  # the probes score under the user's component
+    assert "lab-error" not in cards + probes
+    assert "names_unit:" in probes  # the probes score under the user's component (no letter: shown by its name)
     other = form.config_from_form({**values, "env": "arithmetic"})  # another env: its defaults, not the data files
     assert other.data == [] and other.reward.weights["names_unit"] == 2.0  # a registered component scores everywhere
 

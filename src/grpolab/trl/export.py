@@ -144,9 +144,10 @@ def _comment(text: str, first: str = "# - ", rest: str = "#   ") -> list[str]:
     return textwrap.wrap(text, LINE, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
 
 
-UNBUNDLED = {("envs", "tau2")}
-"""Packages a standalone script leaves out: τ²-bench retail needs the tau2 package, and its episodes have state,
-which the TRL path refuses (`trl.backend.reward_functions`)."""
+UNBUNDLED = {("envs", "tau2"), ("envs", "verifiers_env.py")}
+"""Packages and modules a standalone script leaves out: τ²-bench retail needs the tau2 package, and its episodes have
+state, which the TRL path refuses (`trl.backend.reward_functions`); the verifiers adapter needs the verifiers
+package (and MCP), which the script's Needs line does not install."""
 
 
 def _bundle() -> str:
