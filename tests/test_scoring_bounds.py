@@ -174,6 +174,30 @@ def test_code_that_ends_the_process_is_a_named_error_and_its_temp_dirs_go(tmp_pa
     assert record.is_file() and not Path(record.read_text()).exists()
 
 
+def test_a_sigterm_sent_to_grpolab_is_named_as_coming_from_outside(tmp_path):
+    """A SIGTERM sent to the supervisor is passed on; the child it kills is not blamed on the user's code."""
+    import signal
+    import time
+
+    ready = tmp_path / "ready"
+    plugin = tmp_path / "waits.py"  # holds the command (in its child) until the signal comes; SIGTERM kills it there
+    plugin.write_text(f"import time\nopen({str(ready)!r}, 'w').close()\ntime.sleep(120)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpolab.cli", "config", "--plugin", str(plugin)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    last = err.strip().splitlines()[-1]
+    assert "was killed by SIGTERM" in last and "sent to grpolab itself" in last and "run it by hand" not in last
+
+
 def test_a_supervised_command_keeps_its_own_exit_code_and_error(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "grpolab.cli", "config", "--env", "no_such_env"], capture_output=True, text=True

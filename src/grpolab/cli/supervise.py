@@ -11,7 +11,8 @@ when the child has ended, however it ended.
 
 Signals: Ctrl-C reaches both processes from the terminal (the child is in the supervisor's process group); the
 supervisor ignores it, so a training checkpoints and stops as before. A SIGTERM or SIGHUP sent to the supervisor
-(or a SIGINT sent to it alone, with no terminal) is passed on to the child.
+(or a SIGINT sent to it alone, with no terminal) is passed on to the child; a child that signal kills is named as
+stopped from outside, not blamed on a tool, verifier, reward or plugin.
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ def run_supervised(main: Callable[[list[str] | None], None], argv: list[str] | N
     if finished:
         sys.exit(int(finished))
     code, problem = _abnormal_end(status, argv)
-    print(f"error: {problem}; {FIX}", file=sys.stderr)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _PASSED_ON:  # the signal came from outside, not its code
+        print(
+            f"error: {problem}: the signal was sent to grpolab itself (pid {supervisor}) and passed on", file=sys.stderr
+        )
+    else:
+        print(f"error: {problem}; {FIX}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -89,9 +95,17 @@ def _child(main: Callable[[list[str] | None], None], argv: list[str] | None, wri
     sys.exit(code)
 
 
+_PASSED_ON: set[int] = set()
+"""Signals the supervisor received and passed on to the child: a child they killed was stopped from outside."""
+
+
 def _wait(pid: int) -> int:
     """Wait for the child, passing on the signals meant for it; its wait status."""
-    forward: Callable[[int, object], None] = lambda signum, _frame: _send(pid, signum)  # noqa: E731
+
+    def forward(signum: int, _frame: object) -> None:
+        _PASSED_ON.add(signum)
+        _send(pid, signum)
+
     for name in ("SIGTERM", "SIGHUP"):
         signal.signal(getattr(signal, name), forward)
     # from the terminal, Ctrl-C reaches the child too: passing it on would interrupt the child's own clean stop
