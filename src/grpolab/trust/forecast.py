@@ -381,9 +381,12 @@ def forecast(
     onehot = np.eye(K)
     step_size = np.where(np.isin(CLASSES, DECISION_CLASSES), decision_speed, speed)  # (K,)
     for t in range(0, steps + 1):
-        inside = _within_probs(phi, seg, K)  # (R, N)
-        inner[t] = _by_class(inside[..., None] * flat_comps, seg, K)
-        solved[t] = _by_class(inside * flat_solved, seg, K) if flat_solved is not None else 0.0
+        if within or t == 0:  # without the within-class step a class's episodes keep their pilot weights
+            inside = _within_probs(phi, seg, K)  # (R, N)
+            inner[t] = _by_class(inside[..., None] * flat_comps, seg, K)
+            solved[t] = _by_class(inside * flat_solved, seg, K) if flat_solved is not None else 0.0
+        else:
+            inner[t], solved[t] = inner[0], solved[0]
         if t == steps:
             break
         pi_old = history[t]
@@ -407,10 +410,7 @@ def forecast(
         history[t + 1] = np.exp(theta - np.logaddexp.reduce(theta, -1, keepdims=True))
         if within:
             phi = within_class_step(phi, inside, seg, K, flat_reward, flat_reward[pick], within_speed, g.scale_rewards)
-    mean_comps = inner  # (T, R, K, C)
-    result = _result(
-        pilot, pools, history, adv_abs, mean_comps @ w, mean_comps, solved, p0, cfg, weights, speed, kl_scale, acc
-    )
+    result = _result(pilot, pools, history, adv_abs, inner @ w, inner, solved, p0, cfg, weights, speed, kl_scale, acc)
     result["settings"]["decision_speed"] = decision_speed
     result["settings"]["within_speed"] = within_speed
     return result
