@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpolab.envs.base import Environment, Task
-from grpolab.protocol import ParsedTranscript, parse_transcript
+from grpolab.protocol import ParsedTranscript
 from grpolab.rewards.components import (
     DEFAULT_LENGTH_UNIT,
     SCORE_TIMEOUT_S,
@@ -160,15 +160,16 @@ def _score_replays(
     values: list[dict[str, float]] = [{} for _ in items]
     reasons: list[dict[str, str]] = [{} for _ in items]
     errors: list[dict[str, str]] = [{} for _ in items]
+    # a stateful environment's episodes, as TRL passes its environments to a TRL-shaped component
+    states = (
+        [r.evidence.state if r.evidence is not None else None for r in replays]
+        if getattr(env, "stateful", False)
+        else None
+    )
     # the standard components are always computed (logged even at weight 0), then any others that are weighted
     for name in rubric.scored(weights):
         c = components[name]
         if c.shape == "trl":
-            states = (
-                [r.evidence.state if r.evidence is not None else None for r in replays]
-                if getattr(env, "stateful", False)
-                else None
-            )
             results = _batched(
                 c, [task for task, _, _ in items], [text for _, text, _ in items], timeout_s, replays, states
             )
@@ -222,7 +223,7 @@ def _batched(
     tasks: list[Task],
     texts: list[str],
     timeout_s: float,
-    replays: list[Replay] | None = None,
+    replays: list[Replay],
     states: list[Any] | None = None,
 ) -> list[tuple[float, str, bool]]:
     """A TRL-shaped component on all transcripts in one call, as TRL calls its reward functions: prompts,
@@ -248,8 +249,7 @@ def _batched(
     completions: list[Any] = texts
     if c.completions == "messages":
         prompts = [[{"role": "user", "content": p}] for p in prompts]
-        parsed = [r.parsed for r in replays] if replays is not None else [parse_transcript(t) for t in texts]
-        completions = [completion_messages(p) for p in parsed]
+        completions = [completion_messages(r.parsed) for r in replays]
     try:
         limit = timeout_s * len(tasks)
         out = call_with_time_limit(lambda: c.fn(prompts=prompts, completions=completions, **columns), limit, _what(c))
