@@ -35,8 +35,7 @@ from grpolab.cli.options import (
     writing_to,
 )
 from grpolab.errors import UserError
-from grpolab.plugins import import_plugins
-from grpolab.rewards.functions import import_rewards
+from grpolab.rewards.functions import import_config_code
 
 if TYPE_CHECKING:
     from grpolab.agent.chat import ChatEvent
@@ -135,8 +134,7 @@ def _model_config(config: Path | None, env: str | None, model: str | None, seed:
     """An exported folder brings its run's config (env, prompt); otherwise the usual config resolution."""
     exported = exported_config(Path(model)) if model and Path(model).is_dir() else None
     if exported is not None and config is None and env is None:
-        import_plugins(exported.plugins)  # chatting with an export runs it: the plugins its run recorded
-        import_rewards(exported.rewards)
+        import_config_code(exported)  # chatting with an export runs it: the plugins and rewards its run recorded
         return exported
     return resolve_config(config, env, model, seed)
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from grpolab.envs.rubric import function_shape
 from grpolab.errors import UserError
-from grpolab.plugins import import_plugin
+from grpolab.plugins import import_plugin, import_plugins
 from grpolab.rewards.components import register_reward
+
+if TYPE_CHECKING:
+    from grpolab.config import LabConfig
 
 
 def import_rewards(specs: Iterable[str]) -> list[str]:
@@ -57,3 +61,10 @@ def import_rewards(specs: Iterable[str]) -> list[str]:
             register_reward(name, fn, shape="trl", completions="messages")
             names.append(name)
     return names
+
+
+def import_config_code(cfg: LabConfig) -> list[str]:
+    """A config's code, in the order `grpolab.config.load_config` imports it: its plugins, then its TRL reward
+    functions (`import_rewards`); the names of those, registered."""
+    import_plugins(cfg.plugins)
+    return import_rewards(cfg.rewards)

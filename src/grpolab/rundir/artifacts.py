@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from grpolab.errors import UserError
 from grpolab.files.atomic import atomic_write, atomic_write_dir, atomic_write_text, unused_name
 from grpolab.files.json_files import append_jsonl, read_json, read_jsonl, write_jsonl
-from grpolab.plugins import import_plugins, is_imported
-from grpolab.rewards.functions import import_rewards
+from grpolab.plugins import is_imported
+from grpolab.rewards.functions import import_config_code
 from grpolab.rundir.base import RunPath
 from grpolab.rundir.layout import (
     CHECKPOINTS_DIR,
@@ -107,8 +107,7 @@ class Artifacts(RunPath):
         if new and notes is not None:
             shown = ", ".join(new)
             notes.append(f"running {self.path} imports the plugins it records (their code runs here): {shown}")
-        import_plugins(cfg.plugins)
-        import_rewards(cfg.rewards)  # its TRL reward functions, from the files it records
+        import_config_code(cfg)  # its plugins and TRL reward functions, from the files it records
         return cfg
 
     def write_env_facts(self, thought_required: bool, letters: dict[str, str]) -> None:

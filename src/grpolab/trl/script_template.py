@@ -35,8 +35,7 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 from grpolab.config import LabConfig  # noqa: E402
 from grpolab.envs import env_for  # noqa: E402
 from grpolab.models import load_model  # noqa: E402
-from grpolab.plugins import import_plugins  # noqa: E402
-from grpolab.rewards.functions import import_rewards  # noqa: E402
+from grpolab.rewards.functions import import_config_code  # noqa: E402
 from grpolab.trl.backend import LabRollout, prompt_rows, reward_functions, sft_rows  # noqa: E402
 from grpolab.trl.settings import bf16_here, micro_batch  # noqa: E402
 
@@ -89,8 +88,7 @@ def sft_args(output_dir: str) -> SFTConfig:
 def main() -> None:
     output_dir = sys.argv[1] if len(sys.argv) > 1 else "grpo-output"  # @lab: output_dir
     cfg = LabConfig.model_validate(LAB_CONFIG)
-    import_plugins(cfg.plugins)  # the rewards and environments of the config this script was exported from
-    import_rewards(cfg.rewards)  # and its TRL reward functions (`rewards = [...]`)
+    import_config_code(cfg)  # the plugins and TRL reward functions of the config this script was exported from
     env = env_for(cfg)
     model, tokenizer = load_model(cfg.model, seed=cfg.seed)
     tokenizer.padding_side = "left"
