@@ -20,7 +20,7 @@ from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
 from grpolab.rundir.numbers import drawable, num
 from grpolab.rundir.snapshot import section
 from grpolab.trust.behaviour import HACK_CLASSES
-from grpolab.trust.forecast import load_accuracy
+from grpolab.trust.forecast import load_accuracy, winners_line
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     ALARMS,
@@ -147,8 +147,7 @@ def sim_cards(result: dict[str, Any], kl_bound: float) -> str:
         alerts += message(f"growing under these weights: {named}", "warn")
     wins = result.get("winners") or {}
     if len(wins) > 1:  # one mean curve hides a decision that flips in some runs only
-        split = ", ".join(f"{c} in {share:.0%}" for c, share in wins.items())
-        alerts += message(f"largest class at the end differs between seeded runs: {split}")
+        alerts += message(winners_line(wins, result["settings"]["runs"]))
     if result.get("unknown"):
         alerts += message(f"cannot forecast (no pilot episode reaches them): {', '.join(result['unknown'])}")
     # the simulation starts from its prior (by default the seeded demo model's first step), not the base model
