@@ -19,7 +19,7 @@ from grpolab.errors import UserError
 from grpolab.files.limits import MAX_CONFIG_BYTES
 from grpolab.files.nesting import check_nesting
 from grpolab.files.user_input import read_user_file
-from grpolab.plugins import import_plugins, resolve_plugins, resolve_reward
+from grpolab.plugins import import_plugins, is_path, resolve_plugins, resolve_reward
 from grpolab.reward_defaults import DEFAULT_LENGTH_UNIT, MAX_REPLAYED_CALLS, SCORE_TIMEOUT_S, THOUGHT_MIN_WORDS
 
 
@@ -445,7 +445,7 @@ def load_config(
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
-        if dotted == "env" and isinstance(value, str) and ":" in value and _is_path(value.rpartition(":")[0]):
+        if dotted == "env" and isinstance(value, str) and ":" in value and is_path(value.rpartition(":")[0]):
             value = paths_from_folder({"env": value}, Path.cwd())["env"]  # --env file.py:Class, from the cwd
         node = data
         *parents, leaf = dotted.split(".")
@@ -483,7 +483,7 @@ def paths_from_folder(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     env = data.get("env")
     if isinstance(env, str) and ":" in env:
         module, _, attr = env.rpartition(":")
-        if _is_path(module):
+        if is_path(module):
             data = {**data, "env": f"{located(module)}:{attr}"}
     if isinstance(data.get("data"), list):
         data = {**data, "data": [located(v) for v in data["data"]]}
@@ -491,26 +491,21 @@ def paths_from_folder(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     if isinstance(section, dict):
         section = dict(section)
         tools = section.get("tools")
-        if isinstance(tools, str) and _is_path(tools):
+        if isinstance(tools, str) and is_path(tools):
             section["tools"] = located(tools)
         verifier = section.get("verifier")
         if isinstance(verifier, str) and ":" in verifier:
             module, _, function = verifier.rpartition(":")
-            if _is_path(module):
+            if is_path(module):
                 section["verifier"] = f"{located(module)}:{function}"
         data = {**data, "data_env": section}
     section = data.get("verifiers")
     if isinstance(section, dict) and isinstance(section.get("env"), str):
         spec = section["env"]
-        module, colon, attr = spec.rpartition(":") if _is_path(spec.rpartition(":")[0]) else (spec, "", "")
-        if _is_path(module):
+        module, colon, attr = spec.rpartition(":") if is_path(spec.rpartition(":")[0]) else (spec, "", "")
+        if is_path(module):
             data = {**data, "verifiers": {**section, "env": f"{located(module)}{colon}{attr}"}}
     return data
-
-
-def _is_path(module: str) -> bool:
-    """A module named by its file ("tools.py", "lib/tools.py") rather than by its import name ("my_pkg.tools")."""
-    return module.endswith(".py") or "/" in module
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
 from grpolab.errors import UserError
-from grpolab.plugins import plugin_module
+from grpolab.plugins import is_path, plugin_module
 
 if TYPE_CHECKING:
     from grpolab.config import DataEnvConfig, LabConfig, VerifiersConfig
@@ -137,11 +137,11 @@ def get_env(
             env = factory(verifiers)  # the [verifiers] section: which environment, its args, the verifier
         else:
             env = factory()
-    elif name.endswith(":load_environment") and _is_file(name.rpartition(":")[0]):  # verifiers' entry, by its name
+    elif name.endswith(":load_environment") and is_path(name.rpartition(":")[0]):  # verifiers' entry, by its name
         env = BUILTIN["verifiers"].load("verifiers")(verifiers, name)
     elif ":" in name:
         module_name, _, attr = name.rpartition(":")
-        if _is_file(module_name):  # env = "shop.py:ShopEnv" (grpolab.config made it absolute from its folder)
+        if is_path(module_name):  # env = "shop.py:ShopEnv" (grpolab.config made it absolute from its folder)
             from grpolab.envs.data.modules import load_module  # tools and transformers: only for a user's file
 
             module = load_module(module_name, f"env {name!r}: module")
@@ -183,11 +183,6 @@ def get_env(
 
 ENV_INTERFACE = ("tasks", "verify", "messages", "system_prompt", "toolbox_for")
 """What the rollout, the rewards and the evaluation call on an environment (see `grpolab.envs.base`)."""
-
-
-def _is_file(module: str) -> bool:
-    """A module named by its file ("shop.py", "/abs/shop.py") rather than by its import name ("my_pkg.shop")."""
-    return module.endswith(".py") or "/" in module
 
 
 def is_trl_environment(obj: object) -> bool:

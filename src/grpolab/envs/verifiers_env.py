@@ -67,6 +67,7 @@ import jsonschema
 from grpolab.envs.base import SPLITS, Environment, EpisodeState, Evidence, Split, Task, Verdict
 from grpolab.envs.data.env import heldout_by_hash
 from grpolab.errors import UserError
+from grpolab.plugins import is_path
 from grpolab.protocol import render_system_prompt, render_tool_call, render_tool_response, response_json
 from grpolab.reward_defaults import BUILTIN_NAMES
 from grpolab.tools import DEFAULT_TIMEOUT_S, Tool, ToolBox
@@ -909,7 +910,7 @@ def _split_spec(spec: str) -> tuple[str, str]:
 def _import(target: str, base_dir: Path) -> Any:
     """A module by name, or a .py file imported by its stem with its folder on `sys.path` (so that verifiers'
     loader, which imports a taskset by id, finds it too)."""
-    if not (target.endswith(".py") or "/" in target or os.sep in target):
+    if not is_path(target):
         try:
             return importlib.import_module(target)
         except Exception as exc:
