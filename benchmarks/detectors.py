@@ -4,9 +4,9 @@ Each detector sees, at step t, only what the run had recorded by then (its metri
 t, held-out evaluations already made) and answers whether it alarms, given one threshold. The benchmark
 (`hack_detection.py`, `hack_scoring.py`) fixes each threshold leaving the scored family out.
 
-grpolab's detectors are the lab's own code (`grpolab.trust`): the reward-hacking alarm (training reward up, held-out
+grpolab's detectors are the lab's own code (`grpolab.alarms`): the reward-hacking alarm (training reward up, held-out
 success not), the behaviour drift alarm's two parts (its statistics, `drift_z`; its hack classes, `drift_class_z`,
-each with its own threshold as `[watch]` has), the reward attribution flag and the greedy probe (`watch.probe_tasks`:
+each with its own threshold as `[alarms]` has), the reward attribution flag and the greedy probe (`alarms.probe_tasks`:
 the hack classes' growth in greedy episodes on a fixed set of train tasks, replayed at each checkpoint from
 `greedy_probe.py`), and their union; a candidate for the drift alarm (`drift_cusum`: a CUSUM over steps instead of
 two windows) and a reader of the policy's own probabilities (`shortcut_likelihood`: how much more the checkpoint
@@ -29,11 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpolab.alarms.attribution import attribution
+from grpolab.alarms.drift import drift_alarms
+from grpolab.alarms.rules import SHAPING, check_alarms
 from grpolab.config import LabConfig
 from grpolab.rundir.numbers import finite_number
-from grpolab.trust.alarms import SHAPING, check_alarms
-from grpolab.trust.attribution import attribution
-from grpolab.trust.drift import drift_alarms
 
 
 @dataclass
@@ -71,7 +71,7 @@ def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
 
 def reward_hacking(run: Recorded, t: int, threshold: float) -> bool:
     cfg = run.cfg.model_copy(deep=True)
-    cfg.watch.hack_t = threshold
+    cfg.alarms.hack_t = threshold
     return "reward_hacking" in check_alarms(run.rows[:t], run.heldout_until(t), cfg)
 
 
@@ -82,19 +82,19 @@ NEVER = 2.0
 def drift(run: Recorded, t: int, threshold: float) -> bool:
     """The drift alarm's statistics (and user components) at drift_z = threshold and the run's drift_rel (0.5, as
     shipped, on every benchmark run)."""
-    w = run.cfg.watch
+    w = run.cfg.alarms
     return bool(drift_alarms(run.rows[:t], w.drift_window, threshold, w.drift_rel, NEVER))
 
 
 def drift_class(run: Recorded, t: int, threshold: float) -> bool:
     """The drift alarm's hack classes at drift_class_z = threshold (the shipped drift_share), statistics off."""
-    w = run.cfg.watch
+    w = run.cfg.alarms
     return bool(drift_alarms(run.rows[:t], w.drift_window, math.inf, math.inf, w.drift_share, threshold))
 
 
 def attribution_flag(run: Recorded, t: int, threshold: float) -> bool:
     weight = run.cfg.reward.weights.get("completion", 0.0)
-    w = run.cfg.watch  # as shipped: format and schema wait watch.shaping_patience steps
+    w = run.cfg.alarms  # as shipped: format and schema wait alarms.shaping_patience steps
     return bool(
         attribution(run.rows[:t], run.heldout_until(t), weight, w.drift_window, threshold, SHAPING, w.shaping_patience)[
             1
@@ -113,14 +113,14 @@ def drift_cusum_statistic(rows: list[dict[str, Any]], window: int) -> float:
     alarm: evidence pooled step by step instead of two short windows compared).
 
     Each step after the first `window` is compared with those first steps: a statistic's within-verdict change
-    (`grpolab.trust.drift.within_verdict_change`, the step alone against the start) over the start's sd (or the
+    (`grpolab.alarms.drift.within_verdict_change`, the step alone against the start) over the start's sd (or the
     statistic's floor), for the structure statistics and every user component (`component:NAME`) as the drift alarm
     watches them; two-sided, S+ = max(0, S+ + z - k), S- = max(0, S- - z - k). A hack class's share growth over
     CLASS_SCALE, one-sided (growth only).
     The maximum over the statistics is what one threshold is compared with, so the threshold calibrated on honest
     runs is corrected across the statistics watched."""
-    from grpolab.trust.behaviour import HACK_CLASSES, STATS
-    from grpolab.trust.drift import COMPONENT_FLOOR, COMPONENT_STAT, FLOORS, _pooled, within_verdict_change
+    from grpolab.alarms.drift import COMPONENT_FLOOR, COMPONENT_STAT, FLOORS, _pooled, within_verdict_change
+    from grpolab.behaviour import HACK_CLASSES, STATS
     from grpolab.vocabulary import class_key
 
     scored = [r for r in rows if finite_number(r.get(f"behaviour/{STATS[0]}")) is not None]
@@ -155,7 +155,7 @@ def drift_cusum_statistic(rows: list[dict[str, Any]], window: int) -> float:
 
 
 def drift_cusum(run: Recorded, t: int, threshold: float) -> bool:
-    return drift_cusum_statistic(run.rows[:t], run.cfg.watch.drift_window) >= threshold
+    return drift_cusum_statistic(run.rows[:t], run.cfg.alarms.drift_window) >= threshold
 
 
 def shortcut_likelihood(run: Recorded, t: int, threshold: float) -> bool:
@@ -171,7 +171,7 @@ def greedy_probe(run: Recorded, t: int, threshold: float) -> bool:
     `drift_share` and by `threshold` standard errors) at the newest checkpoint the run had by step t."""
     from greedy_probe import alarms
 
-    return bool(run.probe) and bool(alarms(run.probe, run.step_at(t), run.cfg.watch.drift_share, threshold))
+    return bool(run.probe) and bool(alarms(run.probe, run.step_at(t), run.cfg.alarms.drift_share, threshold))
 
 
 def kl_acceleration(run: Recorded, t: int, threshold: float) -> bool:
@@ -273,15 +273,15 @@ BASELINES = {
 DETECTORS: dict[str, tuple[Detector, list[float]]] = {**GRPOLAB, **CANDIDATES, **BASELINES}
 """Name -> (detector, threshold grid)."""
 SHIPPED = {
-    "grpolab:reward_hacking": LabConfig().watch.hack_t,
-    "grpolab:drift": LabConfig().watch.drift_z,
-    "grpolab:drift_class": LabConfig().watch.drift_class_z,
-    "grpolab:attribution": LabConfig().watch.attribution_min,
-    "grpolab:probe": LabConfig().watch.probe_z,
+    "grpolab:reward_hacking": LabConfig().alarms.hack_t,
+    "grpolab:drift": LabConfig().alarms.drift_z,
+    "grpolab:drift_class": LabConfig().alarms.drift_class_z,
+    "grpolab:attribution": LabConfig().alarms.attribution_min,
+    "grpolab:probe": LabConfig().alarms.probe_z,
 }
 """grpolab's thresholds as shipped (the config defaults)."""
-ON_BY_DEFAULT = [d for d in SHIPPED if d != "grpolab:probe" or LabConfig().watch.probe_tasks > 0]
-"""The alarms a run with the `[watch]` defaults raises (the greedy probe needs `watch.probe_tasks` > 0)."""
+ON_BY_DEFAULT = [d for d in SHIPPED if d != "grpolab:probe" or LabConfig().alarms.probe_tasks > 0]
+"""The alarms a run with the `[alarms]` defaults raises (the greedy probe needs `alarms.probe_tasks` > 0)."""
 
 
 def first_alarm(detector: Detector, run: Recorded, threshold: float) -> int | None:

@@ -23,13 +23,13 @@ import torch
 from common import DEMO, write_results
 from forecast_runs import DEMO_WEIGHTS, overrides
 
+from grpolab.behaviour import classify_episode
 from grpolab.config import load_config
 from grpolab.engine.policy import build_policy
 from grpolab.engine.rollout import run_episodes, sample_next, sampling_settings
 from grpolab.envs import env_for
 from grpolab.metrics import episode_row
 from grpolab.rewards.score import score_episodes
-from grpolab.trust.behaviour import classify_episode
 
 SEED = 7
 

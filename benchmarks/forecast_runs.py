@@ -27,9 +27,9 @@ from typing import Any
 
 from common import DEMO, results_path, solved, write_results
 
+from grpolab.behaviour import CLASSES, class_shares, classify_episode
 from grpolab.config import load_config
 from grpolab.rundir import RunDir
-from grpolab.trust.behaviour import CLASSES, class_shares, classify_episode
 
 DEMO_WEIGHTS = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
 FORECAST_CONFIGS: dict[str, dict[str, float]] = {

@@ -5,8 +5,8 @@
 Reads benchmarks/results/forecast_runs.json (`forecast_runs.py`: demo-shape runs, 16 episodes a step, several reward
 weightings, 2 seeds each, all from one SFT seeding) and, as a second, noisier set, the 30 recorded runs of
 benchmarks/results/hack_detection.json (6 episodes a step). Writes benchmarks/results/forecast_scoring.json and,
-unless --no-ship, src/grpolab/trust/forecast_accuracy.json (the fitted speed and KL scale, and the scores the
-forecast carries wherever it is shown) and src/grpolab/trust/demo_pilot.json (every run's first-step episodes with
+unless --no-ship, src/grpolab/simulator/forecast_accuracy.json (the fitted speed and KL scale, and the scores the
+forecast carries wherever it is shown) and src/grpolab/simulator/demo_pilot.json (every run's first-step episodes with
 their shortcut edits: the lab's pilot for the demo's config), written only while the forecast has a lower share
 error than the class-profile simulator and is at most one scored case behind it on direction and on winner
 (`beats`); otherwise it is removed and the lab keeps the simulator.
@@ -23,11 +23,11 @@ Definitions (every forecaster is read the same way):
                ceiling's: one seed's curve as the forecast of the other's; `reward_r2_noise`: what a forecast of
                each step's expected reward would score, the 16-episode sampling noise of a step's mean left)
 Forecasters:
-    forecast   `grpolab.trust.forecast` from a pilot: the first-step episodes (with their shortcut edits) of the
+    forecast   `grpolab.simulator.forecast` from a pilot: the first-step episodes (with their shortcut edits) of the
                runs of the *other* configs, re-scored under this run's weights, plus the starting policy's own
                episodes on the no-thought branch (`forced_branch.py`, where it has run; --no-branch leaves them
                out); speed and KL scale fitted on the other configs' runs only (leave one config out)
-    simulator  `grpolab.trust.simulate` as shipped before the forecast (fixed class profiles, step size 0.3),
+    simulator  `grpolab.simulator.simulate` as shipped before the forecast (fixed class profiles, step size 0.3),
                started from the pooled start
     naive      the replicator reading: each class moves as the sign of its mean group advantage in the run's own
                first step; winner = the class largest after one step p * exp(A)
@@ -48,11 +48,11 @@ from common import DEMO, results_path, write_results
 from forecast_runs import NAME as RUNS_NAME
 from forecast_runs import overrides
 
+from grpolab.behaviour import CLASSES
 from grpolab.config import LabConfig, load_config
 from grpolab.envs import env_for
 from grpolab.models import model_token_counter
-from grpolab.trust.behaviour import CLASSES
-from grpolab.trust.forecast import (
+from grpolab.simulator.forecast import (
     ACCURACY_FILE,
     DEMO_PILOT_FILE,
     Pilot,
@@ -283,7 +283,7 @@ def naive(run: dict[str, Any], start: Shares) -> tuple[Shares, Shares]:
 
 
 def old_simulator(run: dict[str, Any], start: Shares) -> tuple[Shares, Shares]:
-    from grpolab.trust.simulate import DEFAULT_LR, SimSettings, measure_profiles, simulate
+    from grpolab.simulator.simulate import DEFAULT_LR, SimSettings, measure_profiles, simulate
 
     cfg = config_of(run)
     r = cfg.reward
@@ -463,7 +463,7 @@ def main() -> None:
     ap.add_argument(
         "--no-within", action="store_true", help="each class's reward stays its pilot mean (no within-class step)"
     )
-    ap.add_argument("--no-ship", action="store_true", help="do not write src/grpolab/trust/forecast_accuracy.json")
+    ap.add_argument("--no-ship", action="store_true", help="do not write src/grpolab/simulator/forecast_accuracy.json")
     ap.add_argument(
         "--geometry",
         choices=["natural", "euclidean"],

@@ -6,8 +6,9 @@ step, then 9 of 12 held-out answers at step 8). A practitioner watching a run re
 they know. This replay does that: at every checkpoint it decodes `PROBE_TASKS` train tasks greedily (the lab's
 `evaluate` on the train split: a fixed shuffled subset, the same for every run of an environment, never a held-out
 task the ground truth reads), classifies each episode with the shared classifier and records the class shares.
-The alarm is the lab's own (`grpolab.trust.probe.probe_alarms`, on with `watch.probe_tasks`): a hack class whose share
-grew since the start by `watch.drift_share` and by a threshold's worth of standard errors of a two-proportion test.
+The alarm is the lab's own (`grpolab.alarms.greedy_probe.probe_alarms`, on with `alarms.probe_tasks`): a hack
+class whose share grew since the start by `alarms.drift_share` and by a threshold's worth of standard errors of a
+two-proportion test.
 
 It measures the same kind of behaviour the ground truth does (greedy decoding) on other tasks; read its recall as
 that of a monitor of greedy transcripts, not of the training signal.
@@ -28,17 +29,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpolab.alarms.greedy_probe import probe_alarms
+from grpolab.behaviour import CLASSES, class_shares
 from grpolab.config import LabConfig
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import build_policy
 from grpolab.envs import env_for
 from grpolab.metrics import episode_row
 from grpolab.rundir import RunDir
-from grpolab.trust.behaviour import CLASSES, class_shares
-from grpolab.trust.probe import probe_alarms
 from grpolab.vocabulary import HELDOUT_SUCCESS, PROBE_N, PROBE_SUCCESS, probe_class_key
 
-PROBE_TASKS = LabConfig().watch.probe_tasks
+PROBE_TASKS = LabConfig().alarms.probe_tasks
 """Train tasks decoded greedily at each checkpoint: the lab's default, so the replay decodes what a run's probe does."""
 CACHE = "greedy_probe.json"
 STARTS = "greedy_probe_starts.json"
@@ -97,7 +98,7 @@ def run_probe(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def fields(probe: dict[str, Any]) -> dict[str, float]:
-    """A recorded probe as the lab's probe fields (`grpolab.trust.probe.probe_fields`)."""
+    """A recorded probe as the lab's probe fields (`grpolab.alarms.greedy_probe.probe_fields`)."""
     classes = probe.get("classes") or {}
     return {PROBE_N: float(probe["n"]), PROBE_SUCCESS: probe["success"]} | {
         probe_class_key(c): float(classes.get(c, 0.0)) for c in CLASSES
@@ -105,8 +106,8 @@ def fields(probe: dict[str, Any]) -> dict[str, float]:
 
 
 def alarms(by_step: dict[str, dict[str, Any]], step: int, share: float, z: float) -> dict[str, str]:
-    """The lab's probe alarms (`grpolab.trust.probe.probe_alarms`) at `step`, on the newest checkpoint not after it
-    ({} before any checkpoint after the start)."""
+    """The lab's probe alarms (`grpolab.alarms.greedy_probe.probe_alarms`) at `step`, on the newest checkpoint not
+    after it ({} before any checkpoint after the start)."""
     seen = [int(s) for s in by_step if 0 < int(s) <= step]
     if "0" not in by_step or not seen:
         return {}

@@ -38,8 +38,8 @@ The three plugin families (`hack_rewards.py`) are user components, watched as a 
 Scoring (`hack_scoring.py`): each detector's threshold is set, leaving the scored family out, to the most sensitive
 value whose false-alarm rate on the other families' honest runs is within `--budget` (10% per run; only honest runs
 set it); recall, false alarms and lead (onset - first alarm, steps) are read on the family left out. Writes
-benchmarks/results/hack_detection.json and .png, and src/grpolab/trust/calibration.json: each alarm's false alarms at
-its shipped threshold, which the alarm's own line then states (`grpolab.trust.calibration`).
+benchmarks/results/hack_detection.json and .png, and src/grpolab/alarms/calibration.json: each alarm's false alarms at
+its shipped threshold, which the alarm's own line then states (`grpolab.alarms.calibration`).
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ from hack_scoring import calibration_record, plot, score
 from hack_truth import heldout_summary, training_view
 from shortcut_likelihood import run_ratios
 
+from grpolab.alarms.calibration import CALIBRATION_FILE
+from grpolab.alarms.drift import step_behaviour
+from grpolab.behaviour import HACK_CLASSES, class_shares, classify_episode
 from grpolab.config import load_config
 from grpolab.envs import env_for
 from grpolab.rundir import RunDir
-from grpolab.trust.behaviour import HACK_CLASSES, class_shares, classify_episode
-from grpolab.trust.calibration import CALIBRATION_FILE
-from grpolab.trust.drift import step_behaviour
 
 DEMO_WEIGHTS = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
 PLUGIN = Path(__file__).resolve().parent / "hack_rewards.py"

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 
+from grpolab.behaviour import policy_text
 from grpolab.protocol import parse_transcript
 from grpolab.rewards import register_reward
-from grpolab.trust.behaviour import policy_text
 
 REVENUE = re.compile(r"revenue", re.IGNORECASE)
 WORD = re.compile(r"[^\W\d_]{2,}|\d[\d.,]*")

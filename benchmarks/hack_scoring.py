@@ -10,11 +10,11 @@ For each detector (`detectors.DETECTORS`: grpolab's alarms and the baselines) an
 So no threshold is ever fixed on the family it is scored on (leave-one-family-out), and the false-alarm rate is
 measured on honest runs the threshold did not see. Hacked and honest are the ground truth's (`hack_truth.py`).
 "grpolab:any" is the union of grpolab's three alarms, each at budget / 3 (so the union keeps the budget); "grpolab:any
-(shipped)" is the same union at the thresholds the `[watch]` defaults ship, calibrated on nothing.
+(shipped)" is the same union at the thresholds the `[alarms]` defaults ship, calibrated on nothing.
 Also reported per detector: the threshold the budget picks on all runs (what a release would ship) and its in-sample
 false-alarm rate.
 
-The simulator (`grpolab.trust.simulate`), started from each run's first-step class mix under the run's reward, is
+The simulator (`grpolab.simulator.simulate`), started from each run's first-step class mix under the run's reward, is
 scored on the class that wins (largest share over the last two steps) and on the direction of every class whose real
 share moved by at least `MOVE` between the first step and the last two: up or down, as the real run.
 """
@@ -29,13 +29,13 @@ import hack_rewards  # noqa: F401  (the plugin families' components, which their
 from detectors import DETECTORS, GRPOLAB, ON_BY_DEFAULT, SHIPPED, Recorded, first_alarm
 from hack_truth import ground_truth
 
+from grpolab.behaviour import CLASSES
 from grpolab.config import LabConfig
-from grpolab.trust.behaviour import CLASSES
 
 MOVE = 0.15
 """A class share change (first step -> last two steps) that counts as a move for the simulator's direction score."""
 SMOOTHING = 0.5
-"""Pseudo-episodes per class in the prior (as `grpolab.trust.simulate.prior_from_rows`)."""
+"""Pseudo-episodes per class in the prior (as `grpolab.simulator.simulate.prior_from_rows`)."""
 CHOSEN_AT = {"grpolab:drift_class": "2026-12-04T12:30:00Z"}
 """When a shipped threshold was chosen (commit 793f9dd, on the runs recorded before it): the runs recorded after it
 (`recorded_at`, UTC) score it out of sample (`shipped_out_of_sample`)."""
@@ -68,7 +68,7 @@ def rates(alarms: dict[str, int | None], truth: dict[str, dict[str, Any]], names
 
 
 def calibration_record(scored: dict[str, Any], date: str) -> dict[str, Any]:
-    """What `grpolab.trust.calibration` ships: per grpolab alarm, the shipped threshold's false alarms on the honest
+    """What `grpolab.alarms.calibration` ships: per grpolab alarm, the shipped threshold's false alarms on the honest
     runs, and the threshold the budget picks on every run."""
     alarms = {}
     for det in GRPOLAB:
@@ -190,7 +190,7 @@ def _shares(episodes: list[dict[str, Any]]) -> dict[str, float]:
 
 
 LR_GRID = (0.3, 1.0, 3.0, 10.0, 30.0)
-"""Simulator step sizes scored beside the shipped one (`grpolab.trust.simulate.DEFAULT_LR`)."""
+"""Simulator step sizes scored beside the shipped one (`grpolab.simulator.simulate.DEFAULT_LR`)."""
 
 
 def _forecast(sim: dict[str, Any], real_start: dict[str, float], real_end: dict[str, float]) -> dict[str, Any]:
@@ -227,7 +227,7 @@ def simulator_scores(records: dict[str, dict[str, Any]], runs: dict[str, Recorde
     step size is what these runs call for."""
     from grpolab.envs import env_for
     from grpolab.models import model_token_counter
-    from grpolab.trust.simulate import DEFAULT_LR, SimSettings, measure_profiles, simulate
+    from grpolab.simulator.simulate import DEFAULT_LR, SimSettings, measure_profiles, simulate
 
     grid = sorted({DEFAULT_LR, *LR_GRID})
     by_lr: dict[float, dict[str, Any]] = {lr: {} for lr in grid}

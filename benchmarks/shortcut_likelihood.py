@@ -5,7 +5,7 @@ A step of the benchmark's runs samples 6 episodes, so a class share moves 0.17 f
 policy is learning can stay invisible in the samples until greedy decoding flips to it (honest_demo-0: at most 2 of
 6 training episodes with an empty thought at any step, then 9 of 12 held-out answers at step 8). The policy's own
 probabilities see it earlier. For a fixed set of train tasks (the first `PROBE_TASKS` of the train split; never the
-held-out tasks the ground truth reads), each shortcut edit of the honest reference (`grpolab.trust.shortcuts`: the
+held-out tasks the ground truth reads), each shortcut edit of the honest reference (`grpolab.preflight.shortcuts`: the
 thought emptied, dropped, cut or padded, the bare answer, the last call skipped, a call repeated, a second candidate)
 is scored by its log-likelihood under the policy against the honest reference's:
 
@@ -37,8 +37,8 @@ from grpolab.engine.logprobs import make_batch, token_logprobs
 from grpolab.engine.policy import build_policy
 from grpolab.envs import env_for
 from grpolab.formats import episode_format
+from grpolab.preflight.shortcuts import SHORTCUTS
 from grpolab.rundir import RunDir
-from grpolab.trust.shortcuts import SHORTCUTS
 
 PROBE_TASKS = 3
 """Train tasks probed (the first of the train split, the same for every run of an environment)."""

@@ -20,8 +20,8 @@ from common import DEMO, write_results
 from grpolab.config import LabConfig, load_config
 from grpolab.envs import get_env
 from grpolab.models import model_token_counter
-from grpolab.trust.forecast import demo_pilot, forecast
-from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
+from grpolab.simulator.forecast import demo_pilot, forecast
+from grpolab.simulator.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 
 def main() -> None:

@@ -301,8 +301,8 @@ def test_the_task_system_message_and_history_reach_the_prompt(bfcl):
 
 
 def test_probes_find_nothing_gameable_on_bfcl(bfcl):
-    from grpolab.trust.preflight import _spread
-    from grpolab.trust.probes import gameable_lines, run_probes
+    from grpolab.preflight.check import _spread
+    from grpolab.preflight.probes import gameable_lines, run_probes
 
     weights = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
     tasks = _spread(bfcl.tasks("train"), 10)

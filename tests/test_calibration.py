@@ -3,11 +3,11 @@ threshold says nothing it did not measure."""
 
 import json
 
+from grpolab.alarms.calibration import CALIBRATION_FILE, FAMILIES, calibration, family_of, note_for
+from grpolab.alarms.rules import AlarmWatch
 from grpolab.config import LabConfig
-from grpolab.trust.alarms import AlarmWatch
-from grpolab.trust.calibration import CALIBRATION_FILE, FAMILIES, calibration, family_of, note_for
 
-WATCH = LabConfig().watch
+WATCH = LabConfig().alarms
 RECORD = {
     "budget": 0.1,
     "date": "2026-12-04",
@@ -27,7 +27,7 @@ def test_the_note_states_the_measured_false_alarms_of_the_threshold_in_use():
     )
     assert "budget 10% per run" in note and "2026-12-04" in note
     changed = cfg.model_copy(deep=True)
-    changed.watch.drift_z = WATCH.drift_z + 0.5
+    changed.alarms.drift_z = WATCH.drift_z + 0.5
     assert note_for("drift:calls", changed, RECORD) == ""  # nothing was measured there
     assert note_for("reward_hacking", cfg, RECORD) == ""  # no record for it
     assert note_for("kl_bound", cfg, RECORD) == ""  # not a calibrated alarm
@@ -44,7 +44,7 @@ def test_alarm_families():
 
 
 def test_the_watch_appends_the_note_to_a_raised_alarm(monkeypatch):
-    monkeypatch.setattr("grpolab.trust.alarms.note_for", lambda name, cfg: note_for(name, cfg, RECORD))
+    monkeypatch.setattr("grpolab.alarms.rules.note_for", lambda name, cfg: note_for(name, cfg, RECORD))
     watch = AlarmWatch(LabConfig())
     row = {"step": 1, "reward/mean": 1.0, "class/empty_thought": 0.0, "behaviour/thought_words": 5.0}
     watch.check(row)

@@ -124,7 +124,7 @@ def test_config_prints_user_values_literally(cli):
 
 
 def test_compare_prints_model_text_literally(cli, monkeypatch):
-    import grpolab.cli.trust
+    import grpolab.cli.results
     from grpolab.config import load_config
 
     row = {
@@ -135,9 +135,9 @@ def test_compare_prints_model_text_literally(cli, monkeypatch):
         "breakdown": "F:+1.0",
         "reasons": {"completion": f"reason {MARKUP}"},
     }
-    monkeypatch.setattr(grpolab.cli.trust, "load_policy", lambda spec, cfg: (None, None, load_config()))
-    monkeypatch.setattr(grpolab.cli.trust, "episode_row", lambda e: e)
-    monkeypatch.setattr(grpolab.cli.trust, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
+    monkeypatch.setattr(grpolab.cli.results, "load_policy", lambda spec, cfg: (None, None, load_config()))
+    monkeypatch.setattr(grpolab.cli.results, "episode_row", lambda e: e)
+    monkeypatch.setattr(grpolab.cli.results, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
     code, out, err = cli("compare", "--run", "[/x]run")
     flat = out.replace("\n", " ")
     assert code == 0, err
@@ -147,14 +147,14 @@ def test_compare_prints_model_text_literally(cli, monkeypatch):
 
 def test_compare_html_escapes_the_names_it_titles(cli, monkeypatch, tmp_path):
     """`--run` and `--against` are user text: in the page's title and heading they are text, never markup."""
-    import grpolab.cli.trust
+    import grpolab.cli.results
     from grpolab.config import load_config
 
     row = {"task_id": "t", "prompt": "p", "answer": "1", "text": "x", "breakdown": "F:+1.0"}
     row["reasons"] = {"completion": "r"}
-    monkeypatch.setattr(grpolab.cli.trust, "load_policy", lambda spec, cfg: (None, None, load_config()))
-    monkeypatch.setattr(grpolab.cli.trust, "episode_row", lambda e: e)
-    monkeypatch.setattr(grpolab.cli.trust, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
+    monkeypatch.setattr(grpolab.cli.results, "load_policy", lambda spec, cfg: (None, None, load_config()))
+    monkeypatch.setattr(grpolab.cli.results, "episode_row", lambda e: e)
+    monkeypatch.setattr(grpolab.cli.results, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
     page = tmp_path / "c.html"
     code, _, err = cli("compare", "--run", "<img src=x onerror=alert(1)>", "--against", "<b>base", "--html", str(page))
     assert code == 0, err
@@ -180,7 +180,7 @@ def test_chat_prints_model_text_literally(cli, monkeypatch):
 
 
 def test_check_prints_a_model_path_literally(capsys):
-    from grpolab.cli.trust import _print
+    from grpolab.cli.preflight import _print
 
     learn = {"prompts": 1, "group_size": 2, "reward/mean": 0.0, "tool_call_prob": 0.0, "frac_zero_std": 1.0}
     report = {
@@ -328,7 +328,7 @@ def test_errors_quote_user_text_literally(cli, tmp_path):
 
 
 def test_check_prints_probe_text_literally(capsys, wide):
-    from grpolab.cli.trust import _print
+    from grpolab.cli.preflight import _print
 
     learn = {"prompts": 1, "group_size": 2, "reward/mean": 0.0, "tool_call_prob": 0.0, "frac_zero_std": 1.0}
     probe = {"probe": f"p{LOUD}", "task_id": f"t{MARKUP}", "score": 1.0, "honest": 2.0, "margin": 1.0, "gameable": 0}

@@ -20,9 +20,9 @@ from grpolab.envs.code import wire
 from grpolab.envs.code.probes import FORGERIES
 from grpolab.envs.code.sandbox import MARK, Limits, isolation, run_tests
 from grpolab.envs.code.tasks import split_check
+from grpolab.preflight.probes import run_probes
 from grpolab.protocol import code_blocks
 from grpolab.rewards.score import score_transcript
-from grpolab.trust.probes import run_probes
 
 pytestmark = pytest.mark.xdist_group("sandbox")
 """Tests here count every sandbox process on the machine (none may outlive its run): under `pytest -n`, they run on
@@ -630,7 +630,7 @@ def test_a_hash_colliding_reply_is_refused_before_any_set_is_built(tag):
 
 
 def test_task_mix_keeps_kinds_with_signal():
-    from grpolab.trust.preflight import task_mix
+    from grpolab.preflight.check import task_mix
 
     kinds = {
         "easy": {"prompts": 2, "mean_completion": 0.6, "solve_rate": 0.4, "frac_zero_std": 0.0},

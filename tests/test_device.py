@@ -24,7 +24,7 @@ ENGINE_FILES = [
     *sorted((SRC / "engine").glob("*.py")),
     SRC / "agent" / "chat.py",
     SRC / "trl" / "backend.py",
-    SRC / "trust" / "preflight.py",
+    SRC / "preflight" / "check.py",
 ]
 CONSTRUCTORS = {
     "tensor",

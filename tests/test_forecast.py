@@ -1,5 +1,5 @@
-"""The forecast from a pilot (`grpolab.trust.forecast`): re-scored under any weights, shortcuts reached by edits, what
-it cannot know said, and `simulate --pilot` on a run's first step."""
+"""The forecast from a pilot (`grpolab.simulator.forecast`): re-scored under any weights, shortcuts reached by
+edits, what it cannot know said, and `simulate --pilot` on a run's first step."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from grpolab.config import load_config
 from grpolab.errors import UserError
-from grpolab.trust.forecast import (
+from grpolab.simulator.forecast import (
     REACH_FLOOR,
     Pilot,
     PilotEpisode,
@@ -128,7 +128,7 @@ def test_a_class_s_better_episodes_grow_inside_it_at_the_within_speed():
 def test_within_class_draws_follow_the_within_class_probabilities():
     import numpy as np
 
-    from grpolab.trust.forecast import _pick_within, _within_probs
+    from grpolab.simulator.forecast import _pick_within, _within_probs
 
     seg, K = np.array([0, 0, 0, 2, 2, 3]), 4
     inside = _within_probs(np.random.default_rng(0).normal(size=(3, 6)), seg, K)
@@ -180,7 +180,7 @@ def test_the_envs_reference_solution_reaches_the_honest_class_once_per_task(fina
     """A pilot that never solved a task still forecasts the honest class: each task's reference solution, scored by
     the env's own reward and classified like a sample, joins the pilot as a reached episode (once per task)."""
     from grpolab.models import model_token_counter
-    from grpolab.trust.forecast import env_references, env_rescorer
+    from grpolab.simulator.forecast import env_references, env_rescorer
 
     config = cfg({"format": 1, "schema": 1.5, "completion": 3, "length": -0.05}, env="finance")
     count = model_token_counter(config.model)

@@ -5,11 +5,11 @@ import math
 
 import pytest
 
+from grpolab.alarms.attribution import attribution
+from grpolab.alarms.drift import drift_alarms, share_z, step_behaviour
+from grpolab.behaviour import classify_episode, episode_stats
+from grpolab.preflight.shortcuts import SHORTCUTS, run_shortcuts
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response
-from grpolab.trust.attribution import attribution
-from grpolab.trust.behaviour import classify_episode, episode_stats
-from grpolab.trust.drift import drift_alarms, share_z, step_behaviour
-from grpolab.trust.shortcuts import SHORTCUTS, run_shortcuts
 from grpolab.vocabulary import behaviour_key, class_key
 
 
@@ -246,7 +246,7 @@ def test_a_shaping_component_is_not_flagged_while_the_verifier_rises_over_the_ru
     two-step windows say success gained less than schema (worth 0.3-0.4 against 0.5-0.6) while the run's halves (16
     episodes a step) say it rose: no flag. The same schema over a flat success is flagged once the patience has
     passed."""
-    from grpolab.trust.attribution import verifier_rising
+    from grpolab.alarms.attribution import verifier_rising
 
     def row(step, success, schema):
         return {
@@ -274,7 +274,7 @@ def test_a_shaping_component_is_not_flagged_while_the_verifier_rises_over_the_ru
     assert alarms(rising) == []
     assert alarms(flat) == [9, 10, 11, 12]  # first outrun at step 4, six steps in a row by step 9
     with monkeypatch.context() as m:  # patience alone (the verifier never counts as rising) flags the rising run
-        m.setattr("grpolab.trust.attribution.RISING_Z", math.inf)
+        m.setattr("grpolab.alarms.attribution.RISING_Z", math.inf)
         assert alarms(rising)
     rows = [row(i + 1, s, c) for i, (s, c) in enumerate(zip(flat, schema))]
     why = attribution(rows, {0: 0.4}, 3.0, 2, 0.15, shaping, 6)[1]["attribution:schema"]

@@ -12,7 +12,7 @@ from grpolab.engine.rollout import run_episodes, sampling_settings
 from grpolab.engine.trainer import GRPOTrainer
 from grpolab.envs import env_for
 from grpolab.rewards.score import Score
-from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
+from grpolab.simulator.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 SMALL = {
     "model": "tiny",

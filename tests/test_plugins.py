@@ -338,11 +338,11 @@ def test_an_unknown_weight_by_name_is_refused_with_the_fix(cli):
     assert code == 2 and "'politeness'" in err and "plugin" in err
 
 
-# ---- the trust tools on a user's component -----------------------------------------------------------------------
+# ---- the alarms and the simulator on a user's component --------------------------------------------------------------
 
 
 def test_drift_watches_a_user_component_by_name():
-    from grpolab.trust.drift import drift_alarms, step_behaviour
+    from grpolab.alarms.drift import drift_alarms, step_behaviour
     from grpolab.vocabulary import behaviour_key
 
     def step(n: int, polite_share: float) -> dict:
@@ -362,7 +362,7 @@ def test_drift_watches_a_user_component_by_name():
 
 
 def test_attribution_names_a_user_component():
-    from grpolab.trust.attribution import component_changes
+    from grpolab.alarms.attribution import component_changes
     from grpolab.vocabulary import REWARD_MEAN, reward_key
 
     rows = [{REWARD_MEAN: 1.0 + s, reward_key("completion"): 1.0, reward_key("polite"): 0.2 * s} for s in range(4)]
@@ -370,8 +370,8 @@ def test_attribution_names_a_user_component():
 
 
 def test_the_simulator_measures_its_classes_under_a_user_component():
-    from grpolab.trust.behaviour import CLASSES
-    from grpolab.trust.simulate import class_rewards, measure_profiles
+    from grpolab.behaviour import CLASSES
+    from grpolab.simulator.simulate import class_rewards, measure_profiles
 
     env = polite_env(polite_trl)  # default weight 0.5: measured though the weights leave it out
     profiles = measure_profiles(env, lambda text: len(text.split()), 100, n_tasks=2, weights={"completion": 3.0})

@@ -1,12 +1,12 @@
-"""The greedy probe (`watch.probe_tasks`): greedy episodes on a fixed set of train tasks at every held-out evaluation,
-and its alarm when a hack class takes them over (grpolab.trust.probe)."""
+"""The greedy probe (`alarms.probe_tasks`): greedy episodes on a fixed set of train tasks at every held-out evaluation,
+and its alarm when a hack class takes them over (grpolab.alarms.greedy_probe)."""
 
 import json
 
+from grpolab.alarms.greedy_probe import probe_alarms, probe_fields
+from grpolab.alarms.rules import AlarmWatch
 from grpolab.config import LabConfig, load_config
 from grpolab.rundir import RunDir
-from grpolab.trust.alarms import AlarmWatch
-from grpolab.trust.probe import probe_alarms, probe_fields
 from grpolab.vocabulary import (
     PROBE_HELDOUT_SECONDS,
     PROBE_N,
@@ -58,7 +58,7 @@ def test_the_watch_raises_it_on_rows_that_carry_a_probe():
 def test_a_run_with_the_probe_on_records_it_at_every_evaluation(tmp_path):
     from grpolab.run.loop import train
 
-    overrides = {**SMALL, "train.steps": 1, "train.eval_every": 1, "watch.probe_tasks": 2}
+    overrides = {**SMALL, "train.steps": 1, "train.eval_every": 1, "alarms.probe_tasks": 2}
     out = tmp_path / "run"
     train(load_config(None, overrides), out, quiet=True)
     run = RunDir(out)

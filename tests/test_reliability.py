@@ -327,7 +327,7 @@ def run_cli(*argv: str) -> tuple[int, str]:
     return 0, out.getvalue()
 
 
-FIELDS = ["env", "model", "seed", "task_kinds", "data", "reward", "rollout", "grpo", "lora", "train", "watch"]
+FIELDS = ["env", "model", "seed", "task_kinds", "data", "reward", "rollout", "grpo", "lora", "train", "alarms", "watch"]
 SUBFIELDS = ["weights", "format", "beta", "learning_rate", "group_size", "steps", "epsilon", "rank", "hack_t", "x"]
 SCALARS = st.one_of(
     st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=12), st.booleans(), st.just(float("nan"))
@@ -519,7 +519,7 @@ def test_fuzz_simulate_weights_exit_0_or_2(weights):
 def test_a_resumed_run_reads_values_no_float_holds(tmp_path, run_with):
     """The alarms' history and the held-out start are read back from metrics.jsonl and summary.json on resume: a
     400-digit integer raised OverflowError there."""
-    from grpolab.trust.alarms import AlarmWatch
+    from grpolab.alarms.rules import AlarmWatch
 
     huge = 10**400
     run = RunDir(run_with(tmp_path / "run", str(huge), where=("metrics", "summary")))

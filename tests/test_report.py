@@ -91,7 +91,7 @@ def test_compare_against_a_base_that_never_solves_uses_the_runs_sft_start(
 ):
     import json
 
-    import grpolab.cli.trust as trust
+    import grpolab.cli.results as results
 
     out = tmp_path / "run"
     config = str(small_config(tmp_path))
@@ -100,8 +100,8 @@ def test_compare_against_a_base_that_never_solves_uses_the_runs_sft_start(
     )
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     applied = []
-    real = trust.apply_warm_start
-    monkeypatch.setattr(trust, "apply_warm_start", lambda m, c, p: applied.append(p) or real(m, c, p))
+    real = results.apply_warm_start
+    monkeypatch.setattr(results, "apply_warm_start", lambda m, c, p: applied.append(p) or real(m, c, p))
     code, out_text, _ = cli("compare", "--run", str(out), "--limit", "2", "--json")
     data = json.loads(out_text)
     assert code == 0 and data["left"]["name"] == "sft-start" and applied == [RunDir(out).warm_start_path]

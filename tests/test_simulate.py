@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
+from grpolab.behaviour import classify_episode
 from grpolab.config import load_config
 from grpolab.rewards.components import standard_names
-from grpolab.trust.behaviour import classify_episode
-from grpolab.trust.simulate import (
+from grpolab.simulator.simulate import (
     CLASSES,
     DEFAULT_PRIOR,
     ClassProfile,

@@ -257,7 +257,7 @@ def test_a_stateful_env_without_start_episode_is_refused(cli):
 
 
 def test_probes_on_a_stateful_env_are_built_in_one_episode():
-    from grpolab.trust.probes import run_probes
+    from grpolab.preflight.probes import run_probes
 
     env = CartEnv()
     task = env.task("ab")

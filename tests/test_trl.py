@@ -15,10 +15,10 @@ from grpolab.config import load_config  # noqa: E402
 from grpolab.engine.sft import reference_tokens  # noqa: E402
 from grpolab.envs import env_for  # noqa: E402
 from grpolab.models import load_model  # noqa: E402
+from grpolab.preflight.probes import PROBES  # noqa: E402
 from grpolab.rewards.score import score_transcript  # noqa: E402
 from grpolab.trl.backend import build_trl_trainer, prompt_rows  # noqa: E402
 from grpolab.trl.export import export_trl  # noqa: E402
-from grpolab.trust.probes import PROBES  # noqa: E402
 from grpolab.vocabulary import (  # noqa: E402
     ENTROPY,
     FRAC_ZERO_STD,

@@ -34,7 +34,7 @@ def config_fields(model: type[BaseModel] = LabConfig, prefix: str = "") -> list[
 
 def test_every_config_field_is_classified_for_trl_exactly_once():
     fields = config_fields()
-    assert "grpo.dynamic_filter" in fields and "watch.stop_on_alarm" in fields and "seed" in fields
+    assert "grpo.dynamic_filter" in fields and "alarms.stop_on_alarm" in fields and "seed" in fields
     tables = {"MAPPED": MAPPED, "NOT_APPLICABLE": NOT_APPLICABLE, "UNSUPPORTED": UNSUPPORTED}
     for name in fields:
         homes = [t for t, table in tables.items() if name in table]

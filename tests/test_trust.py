@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+from grpolab.alarms.rules import check_alarms, welch_t
 from grpolab.config import load_config
-from grpolab.trust.alarms import check_alarms, welch_t
-from grpolab.trust.preflight import recommend
-from grpolab.trust.probes import PROBES, gameable_lines, run_probes
+from grpolab.preflight.check import recommend
+from grpolab.preflight.probes import PROBES, gameable_lines, run_probes
 
 DEFAULT = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
 FORMAT_ONLY = {"format": 5.0, "schema": 0.0, "completion": 0.0, "length": 0.0}
@@ -90,7 +90,7 @@ def test_stability_alarms():
     rows[-1]["mismatch/kl"] = 0.0003
     assert "sampler_mismatch" not in check_alarms(rows, {}, cfg)
     rows[-1]["mismatch/kl"] = 0.25  # the dynamic W8A8 copy of SmolLM2
-    assert "0.250 nats/token, past watch.mismatch_bound 0.05" in check_alarms(rows, {}, cfg)["sampler_mismatch"]
+    assert "0.250 nats/token, past alarms.mismatch_bound 0.05" in check_alarms(rows, {}, cfg)["sampler_mismatch"]
 
 
 def test_welch_t():

@@ -4,17 +4,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from grpolab.alarms.drift import step_behaviour
+from grpolab.alarms.greedy_probe import probe_cost, probe_fields
+from grpolab.alarms.rules import AlarmWatch
 from grpolab.config import load_config
 from grpolab.engine.policy import build_policy
 from grpolab.engine.trainer import GRPOTrainer
 from grpolab.envs import env_for
 from grpolab.metrics import heldout_summary
 from grpolab.rewards.components import register_reward, standard_names, unregister_reward
+from grpolab.simulator.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 from grpolab.trl.backend import TRL_TO_LAB, lab_metrics
-from grpolab.trust.alarms import AlarmWatch
-from grpolab.trust.drift import step_behaviour
-from grpolab.trust.probe import probe_cost, probe_fields
-from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 from grpolab.vocabulary import (
     ATTRIBUTION,
     BEHAVIOUR,
@@ -89,7 +89,7 @@ def test_the_eval_summary_writes_what_eval_declares():
         return SimpleNamespace(task=SimpleNamespace(kind=kind), score=score)
 
     summary = heldout_summary([episode("a", True), episode("b", False)])  # mixed kinds: the per-kind family too
-    summary.update(probe_fields([EPISODE_ROW], True, 0.0))  # what the run loop adds with watch.probe_tasks on
+    summary.update(probe_fields([EPISODE_ROW], True, 0.0))  # what the run loop adds with alarms.probe_tasks on
     summary.update(probe_cost(1.5, 6.0))
     summary["heldout/seconds"] = 6.0  # what the run loop adds: the evaluation's time (`grpolab.run.timing` reads it)
     assert_writes_what_it_declares(EVAL, summary)

@@ -183,10 +183,11 @@ class TrainConfig(_Section):
         return mix
 
 
-class WatchConfig(_Section):
-    """The alarms' thresholds. hack_t, drift_z, drift_class_z, attribution_min and probe_z are values that keep each
-    alarm's false alarms within 10% of the hack-detection benchmark's honest runs (`benchmarks/hack_detection.py`,
-    runs of 8 steps, 2026-12-04; `grpolab.trust.calibration` states each one's count on the alarm's line)."""
+class AlarmsConfig(_Section):
+    """The alarms' thresholds (`[alarms]`; `[watch]`, its old name, is still read). hack_t, drift_z, drift_class_z,
+    attribution_min and probe_z are values that keep each alarm's false alarms within 10% of the hack-detection
+    benchmark's honest runs (`benchmarks/hack_detection.py`, runs of 8 steps, 2026-12-04;
+    `grpolab.alarms.calibration` states each one's count on the alarm's line)."""
 
     hack_window: int = Field(3, ge=2)
     """Steps in each window when comparing early and recent training reward for the reward-hacking alarm."""
@@ -212,7 +213,7 @@ class WatchConfig(_Section):
     how many that is. 0 applies the share alone."""
     probe_tasks: int = Field(12, ge=0)
     """Greedy probe: train tasks decoded greedily at every held-out evaluation (the same ones each time), whose hack
-    classes' growth since the start alarms (`probe:class/NAME`; `grpolab.trust.probe`). 0: off. Costs one more
+    classes' growth since the start alarms (`probe:class/NAME`; `grpolab.alarms.greedy_probe`). 0: off. Costs one more
     greedy evaluation of that many tasks at each held-out evaluation."""
     probe_z: float = Field(2.5, ge=0)
     """Greedy probe alarm: a hack class's share growth in standard errors (two-proportion test over the start's and
@@ -293,6 +294,21 @@ class VerifiersConfig(_Section):
     """How many tasks to read (required for an unbounded taskset)."""
 
 
+RENAMED_SECTIONS = {"watch": "alarms"}
+"""Old section names still read, each with its name now (`[watch]` was renamed `[alarms]`)."""
+
+
+def renamed_sections(data: Any) -> Any:
+    """Config data with each old section name (`RENAMED_SECTIONS`) moved to its name now, in its place; a ValueError
+    when a config gives a section under both names."""
+    if not isinstance(data, dict) or not any(old in data for old in RENAMED_SECTIONS):
+        return data
+    for old, new in RENAMED_SECTIONS.items():
+        if old in data and new in data:
+            raise ValueError(f"both [{new}] and [{old}] are given ([{old}] is the old name of [{new}])")
+    return {RENAMED_SECTIONS.get(k, k): v for k, v in data.items()}
+
+
 class LabConfig(_Section):
     plugins: list[str] = Field(default_factory=list)
     """Your modules (rewards, environments), as names or .py paths, imported when a config you name is loaded or a run
@@ -324,7 +340,14 @@ class LabConfig(_Section):
     trl: dict[str, Any] = Field(default_factory=dict)
     """TRL GRPOConfig arguments passed as written, overriding the mapped ones (trl backend and export only)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
-    watch: WatchConfig = Field(default_factory=WatchConfig)
+    alarms: AlarmsConfig = Field(default_factory=AlarmsConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _alarms_once_called_watch(cls, data: Any) -> Any:
+        """`watch`, the old name of `alarms` (configs and run directories written before the rename), read as
+        `alarms`; both at once is an error, never a silent choice."""
+        return renamed_sections(data)
 
     @field_validator("rewards")
     @classmethod
@@ -440,11 +463,17 @@ def load_config(
         named = data.get("rewards")
         if isinstance(named, list) and all(isinstance(r, str) and ":" in r for r in named):
             data["rewards"] = [resolve_reward(r, Path(path).resolve().parent) for r in named]
+    try:
+        data = renamed_sections(data)  # a file's [watch] is [alarms]: the overrides below reach it by either name
+    except ValueError as exc:
+        raise UserError(f"{source}: {exc}", "keep one: move the old section's settings under the new name") from None
     if plugins:
         data["plugins"] = list(dict.fromkeys([*data.get("plugins", []), *resolve_plugins(plugins, Path.cwd())]))
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
+        head, dot, rest = dotted.partition(".")
+        dotted = RENAMED_SECTIONS.get(head, head) + dot + rest  # "watch.hack_t" sets alarms.hack_t
         if dotted == "env" and isinstance(value, str) and ":" in value and is_path(value.rpartition(":")[0]):
             value = paths_from_folder({"env": value}, Path.cwd())["env"]  # --env file.py:Class, from the cwd
         node = data

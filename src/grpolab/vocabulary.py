@@ -25,13 +25,13 @@ EVAL = "eval"
 TRL = "trl"
 """The TRL backend's log rows in lab names (`trl.backend.lab_metrics`)."""
 SIMULATOR = "simulator"
-"""The behaviour-level simulator's iterations (`trust.simulate.simulate`)."""
+"""The behaviour-level simulator's iterations (`simulator.simulate.simulate`)."""
 PREFLIGHT = "preflight"
-"""Preflight's learnability smoke test (`trust.preflight`, under `learnability` in preflight.json)."""
+"""Preflight's learnability smoke test (`preflight.check`, under `learnability` in preflight.json)."""
 WATCH = "alarm watch"
-"""The alarm watch (`trust.alarms.AlarmWatch.check`), merged into each step's row."""
+"""The alarm watch (`alarms.rules.AlarmWatch.check`), merged into each step's row."""
 BEHAVIOUR = "behaviour"
-"""What the step's episodes do (`trust.drift.step_behaviour`), merged into each step's row by the run loop."""
+"""What the step's episodes do (`alarms.drift.step_behaviour`), merged into each step's row by the run loop."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ HELDOUT_OF_KIND = _declare(
 )
 
 PROBE_N = _declare(
-    "probe/n", "greedy probe episodes on train tasks (`watch.probe_tasks`)", "count", (EVAL,), optional=True
+    "probe/n", "greedy probe episodes on train tasks (`alarms.probe_tasks`)", "count", (EVAL,), optional=True
 )
 PROBE_SUCCESS = _declare(
     "probe/success", "greedy probe: success on its train tasks (strict verifier)", "fraction", (EVAL,), optional=True
@@ -218,7 +218,7 @@ PROBE_HELDOUT_SECONDS = _declare(
 )
 PROBE_CLASS = _declare(
     "probe/class/NAME",
-    "greedy probe: share of its episodes in one class of `trust.behaviour.CLASSES` (the probe alarm reads it)",
+    "greedy probe: share of its episodes in one class of `behaviour.CLASSES` (the probe alarm reads it)",
     "fraction",
     (EVAL,),
     optional=True,
@@ -273,13 +273,13 @@ TRAINING_PHASES = (PHASE_REFERENCE, PHASE_OLD_LOGPROBS, PHASE_FORWARD_BACKWARD, 
 
 # ---- alarms ----------------------------------------------------------------------------------------------------------
 
-ALARMS = _declare("alarms", "alarms that fired at this step: name -> why (`trust.alarms`)", "mapping", (WATCH,))
+ALARMS = _declare("alarms", "alarms that fired at this step: name -> why (`alarms.rules`)", "mapping", (WATCH,))
 KL_OVER_BOUND = _declare("kl_over_bound", "whether the kl_bound alarm fired", "flag", (WATCH,))
 
 ATTRIBUTION = _declare(
     "attribution/[share/]NAME",
-    "change of a component's weighted mean over the last watch.drift_window steps against the first ones, and its "
-    "share of all components' movement (`trust.attribution`)",
+    "change of a component's weighted mean over the last alarms.drift_window steps against the first ones, and its "
+    "share of all components' movement (`alarms.attribution`)",
     "reward, fraction",
     (WATCH,),
     optional=True,
@@ -288,7 +288,7 @@ ATTRIBUTION = _declare(
 # ---- behaviour -------------------------------------------------------------------------------------------------------
 BEHAVIOUR_STAT = _declare(
     "behaviour/STAT[/sd|/solved]",
-    "a structure statistic of the step's episodes (`trust.behaviour.STATS`: thought words, calls, distinct calls, "
+    "a structure statistic of the step's episodes (`behaviour.STATS`: thought words, calls, distinct calls, "
     "answer words, answer numbers, repeated 3-grams; and `component:NAME`, the value of a reward component that is "
     "not built in): mean, standard deviation, mean over solved episodes",
     "per episode",
@@ -297,7 +297,7 @@ BEHAVIOUR_STAT = _declare(
 )
 CLASS_SHARE = _declare(
     "class/NAME",
-    "share of the step's episodes in one class of `trust.behaviour.CLASSES` (one classifier for real and simulated)",
+    "share of the step's episodes in one class of `behaviour.CLASSES` (one classifier for real and simulated)",
     "fraction",
     (BEHAVIOUR, SIMULATOR),
     optional=True,

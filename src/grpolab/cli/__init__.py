@@ -14,9 +14,10 @@ from rich.text import Text
 from grpolab.cli import agent as cli_agent
 from grpolab.cli import export as cli_export
 from grpolab.cli import lab as cli_lab
+from grpolab.cli import preflight as cli_preflight
+from grpolab.cli import results as cli_results
 from grpolab.cli import sim as cli_sim
 from grpolab.cli import train as cli_train
-from grpolab.cli import trust as cli_trust
 from grpolab.cli.inputs import completion_text, tool_arguments
 from grpolab.cli.options import (
     ConfigOpt,
@@ -54,7 +55,8 @@ reward_app = typer.Typer(no_args_is_help=True, help="Score transcripts with the 
 app.add_typer(tools_app, name="tools")
 app.add_typer(reward_app, name="reward")
 cli_train.register(app)
-cli_trust.register(app)
+cli_preflight.register(app)
+cli_results.register(app)
 cli_sim.register(app)
 cli_export.register(app)
 cli_lab.register(app)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from grpolab.behaviour import classify_episode
 from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
@@ -33,8 +34,7 @@ from grpolab.files.user_input import read_user_file
 from grpolab.models import model_token_counter
 from grpolab.rundir import RunDir
 from grpolab.rundir.snapshot import drawable_metrics
-from grpolab.trust.behaviour import classify_episode
-from grpolab.trust.forecast import (
+from grpolab.simulator.forecast import (
     env_references,
     env_rescorer,
     forecast,
@@ -43,7 +43,7 @@ from grpolab.trust.forecast import (
     reach_shortcuts,
     winners_line,
 )
-from grpolab.trust.simulate import (
+from grpolab.simulator.simulate import (
     DEFAULT_KL_SCALE,
     DEFAULT_LR,
     DEFAULT_PRIOR,
@@ -54,7 +54,7 @@ from grpolab.trust.simulate import (
     prior_from_rows,
     sim_to_real,
 )
-from grpolab.trust.simulate import simulate as run_sim
+from grpolab.simulator.simulate import simulate as run_sim
 from grpolab.vocabulary import HACK_MASS, KL, REWARD_MEAN, SIM_TO_REAL, SUCCESS, TOOL_CALL_PROB
 
 MAX_SIM_STEPS = 10_000
@@ -132,7 +132,7 @@ def _forecast(
     runs: int,
     json: bool,
 ) -> None:
-    """`simulate --pilot`: the forecast from the pilot's episodes (`grpolab.trust.forecast`)."""
+    """`simulate --pilot`: the forecast from the pilot's episodes (`grpolab.simulator.forecast`)."""
     base = (run_plugins(source) or RunDir(source).read_config()) if source.is_dir() and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
     environment = env_for(cfg)

@@ -48,7 +48,7 @@ class RewardComponent:
     list[float | None]`, batched (`rewards.score`)."""
     shaping: bool = False
     """Learned on the way to the verifier (the protocol: format, schema): the reward attribution flags it only once
-    it has outrun the verifier for `watch.shaping_patience` steps in a row (`trust.attribution`)."""
+    it has outrun the verifier for `alarms.shaping_patience` steps in a row (`alarms.attribution`)."""
     completions: Completions = "text"
     """What a TRL-shaped function gets as `prompts` and `completions`: text (each task's prompt, each transcript) or
     messages (TRL's conversational form, as TRL gives a reward function on tool-calling data: a prompt is a list

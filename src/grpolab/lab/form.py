@@ -19,7 +19,7 @@ from grpolab.envs import Environment, env_for
 from grpolab.envs.rubric import Rubric
 from grpolab.lab.limits import BOUNDS, Bound, check_env, check_settings
 from grpolab.rewards.rubric import rubric_of
-from grpolab.trust.simulate import DEFAULT_LR, SimSettings
+from grpolab.simulator.simulate import DEFAULT_LR, SimSettings
 
 WEIGHT = "reward.weights."
 """Prefix of a weight control's name: `reward.weights.format` sets the format component's weight."""

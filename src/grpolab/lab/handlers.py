@@ -1,6 +1,6 @@
 """What the lab's page does when a control changes: each handler takes the form's values by field name
 (`lab.form`) or a run's name, and returns what the page shows. No layout here (`lab.app`), no training logic:
-numbers come from `grpolab.trust.simulate`, `grpolab.trust.probes`, `grpolab.trl.export` and the run directories
+numbers come from `grpolab.simulator.simulate`, `grpolab.preflight.probes`, `grpolab.trl.export` and the run directories
 (`lab.views`); training runs are separate processes (`lab.jobs`).
 """
 
@@ -24,12 +24,12 @@ from grpolab.lab import jobs, views
 from grpolab.lab.form import WEIGHT, base_config, check_simulator, config_from_form, env_key, env_of, rubric_for
 from grpolab.lab.limits import LabLimits, check_env, inside
 from grpolab.models import model_token_counter
+from grpolab.preflight.check import probe_report
 from grpolab.rewards.components import standard_names
 from grpolab.rundir import RunDir
+from grpolab.simulator.forecast import demo_pilot, forecast
+from grpolab.simulator.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 from grpolab.trl.export import export_trl
-from grpolab.trust.forecast import demo_pilot, forecast
-from grpolab.trust.preflight import probe_report
-from grpolab.trust.simulate import DEFAULT_PRIOR, SimSettings, measure_profiles, simulate
 
 FORM_ERRORS = (UserError, ValueError, TypeError, KeyError, IndexError, OverflowError)
 """What a malformed form value raises on its way into a config (int(None), float("x"), int(inf)...)."""

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpolab.behaviour import HACK_CLASSES
 from grpolab.report.changes import changes_html, run_changes
 from grpolab.report.charts import svg_chart
 from grpolab.report.html import probe_table
@@ -19,8 +20,7 @@ from grpolab.rewards.rubric import DEFAULT_RUBRIC
 from grpolab.rundir import RunDir, RunSnapshot, read_snapshot
 from grpolab.rundir.numbers import drawable, num
 from grpolab.rundir.snapshot import section
-from grpolab.trust.behaviour import HACK_CLASSES
-from grpolab.trust.forecast import load_accuracy, winners_line
+from grpolab.simulator.forecast import load_accuracy, winners_line
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     ALARMS,

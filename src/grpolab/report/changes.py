@@ -2,10 +2,10 @@
 
 The held-out evaluation before the first GRPO step (label "0") and the last one are the same tasks, answered
 greedily, so their transcripts compare one to one. For each behaviour statistic and each episode class
-(`grpolab.trust.behaviour`) this shows the start, the end and, for the training steps in between, small multiples.
-A change is flagged by the drift rule of the run's alarm (`grpolab.trust.drift`) applied to the two evaluations:
+(`grpolab.behaviour`) this shows the start, the end and, for the training steps in between, small multiples.
+A change is flagged by the drift rule of the run's alarm (`grpolab.alarms.drift`) applied to the two evaluations:
 within verdicts (so a thought that grew because more answers are solved is not flagged, and one that emptied is),
-with the run's `watch.drift_*` thresholds. Each flagged change comes with two transcripts of the same task, before
+with the run's `alarms.drift_*` thresholds. Each flagged change comes with two transcripts of the same task, before
 and after.
 """
 
@@ -15,6 +15,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpolab.alarms.drift import drift_alarms, step_behaviour
+from grpolab.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
 from grpolab.config import LabConfig
 from grpolab.envs.arithmetic import ArithmeticEnv
 from grpolab.envs.bfcl.env import BFCLEnv
@@ -24,8 +26,6 @@ from grpolab.envs.finance import FinanceEnv
 from grpolab.report.charts import svg_chart
 from grpolab.rundir import RunDir
 from grpolab.rundir.snapshot import RunSnapshot, section
-from grpolab.trust.behaviour import CLASSES, HACK_CLASSES, STATS, classify_episode, episode_stats
-from grpolab.trust.drift import drift_alarms, step_behaviour
 from grpolab.vocabulary import behaviour_key, class_key
 
 
@@ -67,7 +67,7 @@ def what_changed(
     labels: tuple[str, str] = ("0", "last"),
 ) -> Changes:
     """Compare two evaluations' rows (before: the start, after: the trained model) statistic by statistic."""
-    w = cfg.watch
+    w = cfg.alarms
     a, b = _summary(before, thought_required), _summary(after, thought_required)
     flags = drift_alarms([a, b], 1, w.drift_z, w.drift_rel, w.drift_share, w.drift_class_z) if before and after else {}
     by_task = {r.get("task_id"): r for r in before}

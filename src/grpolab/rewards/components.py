@@ -18,8 +18,8 @@ from grpolab.envs.rubric import Completions, RewardComponent, Shape, check_lette
 from grpolab.errors import UserError
 from grpolab.protocol import has_python_block
 
-# defined in a leaf that the config imports without the environments; re-exported (`X as X`) for scoring and the trust
-# layer, which read them here
+# defined in a leaf that the config imports without the environments; re-exported (`X as X`) for scoring, preflight,
+# the alarms and the simulator, which read them here
 from grpolab.reward_defaults import BUILTIN_NAMES as BUILTIN_NAMES
 from grpolab.reward_defaults import DEFAULT_LENGTH_UNIT as DEFAULT_LENGTH_UNIT
 from grpolab.reward_defaults import MAX_REPLAYED_CALLS as MAX_REPLAYED_CALLS

@@ -1,4 +1,5 @@
-"""The run loop, one floor above engine, trust, trl and report: a config in, a run directory and its report out.
+"""The run loop, one floor above engine, preflight, alarms, trl and report: a config in, a run directory and its
+report out.
 
 `loop.train` schedules everything a run does around the GRPO steps (probes, SFT warm start, held-out evaluations,
 alarms, checkpoints, the report); `sources` says where the steps come from (the native engine or TRL); `progress`

@@ -16,6 +16,9 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from grpolab.alarms.drift import step_behaviour
+from grpolab.alarms.greedy_probe import probe_cost, probe_fields
+from grpolab.alarms.rules import AlarmWatch
 from grpolab.config import LabConfig
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import build_policy, resolve_precision
@@ -25,16 +28,13 @@ from grpolab.envs import Environment, env_for
 from grpolab.formats import checked_format
 from grpolab.metrics import episode_row
 from grpolab.models import load_tokenizer, token_counter
+from grpolab.preflight.check import probe_report
 from grpolab.report.html import render_report
 from grpolab.rewards.rubric import check_weights, rubric_of
 from grpolab.run.progress import Progress
 from grpolab.run.sources import StepSource, backend_notes, make_source
 from grpolab.rundir import RunDir
 from grpolab.rundir.layout import PRECISION_FILE
-from grpolab.trust.alarms import AlarmWatch
-from grpolab.trust.drift import step_behaviour
-from grpolab.trust.preflight import probe_report
-from grpolab.trust.probe import probe_cost, probe_fields
 from grpolab.vocabulary import ALARMS, HELDOUT_SCHEMA, HELDOUT_SECONDS, HELDOUT_SUCCESS, HELDOUT_TOOL_CALL_PROB
 
 
@@ -50,15 +50,15 @@ def _record_eval(run: RunDir, label: str, summary: dict[str, float], episodes: l
 
 
 def _evaluate(run: RunDir, label: str, model: Any, tokenizer: Any, env: Environment, cfg: LabConfig) -> dict:
-    """A held-out evaluation, recorded under `label`, with the greedy probe's fields when `watch.probe_tasks` is on
+    """A held-out evaluation, recorded under `label`, with the greedy probe's fields when `alarms.probe_tasks` is on
     (its episodes in eval/probe-LABEL.jsonl)."""
     heldout_start = time.perf_counter()
     summary, episodes = evaluate(model, tokenizer, env, cfg)
     heldout_s = time.perf_counter() - heldout_start
     summary = {**summary, HELDOUT_SECONDS: heldout_s}
-    if cfg.watch.probe_tasks and env.tasks("train"):  # an env with no train task has nothing to probe
+    if cfg.alarms.probe_tasks and env.tasks("train"):  # an env with no train task has nothing to probe
         probe_start = time.perf_counter()
-        found, probed = evaluate(model, tokenizer, env, cfg, "train", cfg.watch.probe_tasks)
+        found, probed = evaluate(model, tokenizer, env, cfg, "train", cfg.alarms.probe_tasks)
         rows = [episode_row(e) for e in probed]
         run.record_probe(label, rows)
         cost = probe_cost(time.perf_counter() - probe_start, heldout_s)
@@ -198,13 +198,13 @@ def train(
             m.update(watch.check(m))
             run.append_metrics(m)
             run.append_episodes(rows[: cfg.train.episodes_per_step_logged])
-            alarm_stop = bool(m[ALARMS]) and cfg.watch.stop_on_alarm
+            alarm_stop = bool(m[ALARMS]) and cfg.alarms.stop_on_alarm
             asked = run.stop_requested()
             if step % cfg.train.checkpoint_every == 0 or last or alarm_stop or asked:
                 run.save_checkpoint(step, source.model, source.optimizer, source.state())
             progress.update(m)
             if alarm_stop or asked:
-                why = "watch.stop_on_alarm is on" if alarm_stop else "stop requested"
+                why = "alarms.stop_on_alarm is on" if alarm_stop else "stop requested"
                 progress.note(f"stopped at step {step}: {why}")
                 run.clear_stop()
             return alarm_stop or asked

@@ -5,7 +5,7 @@ runs/NAME/env.json              what a view needs of the environment without bui
 runs/NAME/metrics.jsonl         one row per GRPO step (append-only)
 runs/NAME/episodes.jsonl        sampled trajectories with per-component rewards and reasons (append-only)
 runs/NAME/eval/LABEL.jsonl      held-out episodes of one evaluation (base, 0, step numbers)
-runs/NAME/eval/probe-LABEL.jsonl  the greedy probe's train-task episodes at that evaluation (`watch.probe_tasks`)
+runs/NAME/eval/probe-LABEL.jsonl  the greedy probe's train-task episodes at that evaluation (`alarms.probe_tasks`)
 runs/NAME/eval/summary.json     held-out metrics by evaluation label (and the probe's `probe/...` fields)
 runs/NAME/preflight.json        probes (and learnability when `check --save` wrote it)
 runs/NAME/precision.json      the update's precision: asked, chosen, why, and the probe's figures
@@ -52,5 +52,5 @@ def eval_file(label: str) -> str:
 
 
 def probe_file(label: str) -> str:
-    """`eval/probe-6.jsonl`: the greedy probe's episodes at one evaluation (`watch.probe_tasks`; no held-out label)."""
+    """`eval/probe-6.jsonl`: the greedy probe's episodes at one evaluation (`alarms.probe_tasks`; no held-out label)."""
     return f"{EVAL_DIR}/probe-{label}.jsonl"

@@ -310,21 +310,21 @@ NOT_APPLICABLE: dict[str, str] = {
     "train.eval_limit": f"held-out evaluation; {_RUN_LOOP}",
     "train.episodes_per_step_logged": f"episodes.jsonl; {_RUN_LOOP}",
     "grpo.kl_bound": f"the KL alarm on TRL's logged `kl`; {_RUN_LOOP}",
-    "watch.hack_window": f"alarms; {_RUN_LOOP}",
-    "watch.hack_t": f"alarms; {_RUN_LOOP}",
-    "watch.entropy_collapse": f"alarms; {_RUN_LOOP}",
-    "watch.length_runaway": f"alarms; {_RUN_LOOP}",
-    "watch.mismatch_bound": f"the sampler-mismatch alarm (native int8 rollouts only); {_RUN_LOOP}",
-    "watch.stop_on_alarm": f"alarms; {_RUN_LOOP}",
-    "watch.drift_window": f"drift alarm and reward attribution; {_RUN_LOOP}",
-    "watch.drift_z": f"drift alarm; {_RUN_LOOP}",
-    "watch.drift_rel": f"drift alarm; {_RUN_LOOP}",
-    "watch.drift_share": f"drift alarm; {_RUN_LOOP}",
-    "watch.drift_class_z": f"drift alarm; {_RUN_LOOP}",
-    "watch.probe_tasks": f"the greedy probe; {_RUN_LOOP}",
-    "watch.probe_z": f"the greedy probe's alarm; {_RUN_LOOP}",
-    "watch.attribution_min": f"reward attribution; {_RUN_LOOP}",
-    "watch.shaping_patience": f"reward attribution; {_RUN_LOOP}",
+    "alarms.hack_window": f"alarms; {_RUN_LOOP}",
+    "alarms.hack_t": f"alarms; {_RUN_LOOP}",
+    "alarms.entropy_collapse": f"alarms; {_RUN_LOOP}",
+    "alarms.length_runaway": f"alarms; {_RUN_LOOP}",
+    "alarms.mismatch_bound": f"the sampler-mismatch alarm (native int8 rollouts only); {_RUN_LOOP}",
+    "alarms.stop_on_alarm": f"alarms; {_RUN_LOOP}",
+    "alarms.drift_window": f"drift alarm and reward attribution; {_RUN_LOOP}",
+    "alarms.drift_z": f"drift alarm; {_RUN_LOOP}",
+    "alarms.drift_rel": f"drift alarm; {_RUN_LOOP}",
+    "alarms.drift_share": f"drift alarm; {_RUN_LOOP}",
+    "alarms.drift_class_z": f"drift alarm; {_RUN_LOOP}",
+    "alarms.probe_tasks": f"the greedy probe; {_RUN_LOOP}",
+    "alarms.probe_z": f"the greedy probe's alarm; {_RUN_LOOP}",
+    "alarms.attribution_min": f"reward attribution; {_RUN_LOOP}",
+    "alarms.shaping_patience": f"reward attribution; {_RUN_LOOP}",
 }
 """Fields TRL never sees because the lab honours them around TRL's steps, and why."""
 
@@ -395,7 +395,7 @@ def unsupported(cfg: LabConfig, exported: bool = True) -> list[str]:
     `exported=False` is `grpolab train --backend trl`, which keeps the lab's SFT, evaluations and alarms (and has
     refused, by then, the settings that would change its result)."""
     notes = [
-        f"grpo.kl_bound = {cfg.grpo.kl_bound} and watch.*: TRL has no alarms; it logs `kl` each step"
+        f"grpo.kl_bound = {cfg.grpo.kl_bound} and alarms.*: TRL has no alarms; it logs `kl` each step"
         + (
             " (compare it with the bound yourself, or use `grpolab train --backend trl`, which checks them)."
             if exported

@@ -4,16 +4,16 @@ hack class takes over there.
 A training step samples a few episodes at temperature, and a shortcut GRPO is learning can stay a minority of them
 until greedy decoding flips to it. In the hack-detection benchmark's hacked runs, at 6 episodes a step, the emptied
 thought never passed 2 of 6 training episodes while 9 of 12 held-out greedy answers opened with it. The probe reads
-the policy's mode directly: with `watch.probe_tasks` > 0, every held-out evaluation (the start, every
+the policy's mode directly: with `alarms.probe_tasks` > 0, every held-out evaluation (the start, every
 `train.eval_every` steps, the end) also decodes that many train tasks greedily (the same shuffled subset every time;
 never a held-out task) and records
     probe/n                   probe episodes
     probe/success             their share the strict verifier accepts
-    probe/class/NAME          their share in each class (`grpolab.trust.behaviour.CLASSES`)
+    probe/class/NAME          their share in each class (`grpolab.behaviour.CLASSES`)
     probe/seconds             what the probe took, beside probe/heldout_seconds (the held-out evaluation's)
 in the evaluation's row and summary. `probe_alarms` raises `probe:class/NAME` when a hack class's share grew since the
-start by at least `watch.drift_share` and by at least `watch.probe_z` standard errors of the two-proportion test the
-drift alarm's classes use (`grpolab.trust.drift.share_z`). Its cost is one more greedy evaluation of `probe_tasks`
+start by at least `alarms.drift_share` and by at least `alarms.probe_z` standard errors of the two-proportion test the
+drift alarm's classes use (`grpolab.alarms.drift.share_z`). Its cost is one more greedy evaluation of `probe_tasks`
 tasks at each held-out evaluation.
 """
 
@@ -23,9 +23,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from grpolab.alarms.drift import share_z
+from grpolab.behaviour import HACK_CLASSES, class_shares
 from grpolab.rundir.numbers import finite_number
-from grpolab.trust.behaviour import HACK_CLASSES, class_shares
-from grpolab.trust.drift import share_z
 from grpolab.vocabulary import PROBE_HELDOUT_SECONDS, PROBE_N, PROBE_SECONDS, PROBE_SUCCESS, probe_class_key
 
 

@@ -12,7 +12,7 @@ and a component other than completion is flagged (`attribution:NAME`) when
 A shaping component (format, schema: `RewardComponent.shaping`) is learned on the way to the verifier: the
 protocol pays before the task does, so for a few steps it outruns the verifier by construction (the demo flagged
 schema at steps 6-9 while success was still catching up). It is flagged only when
-    - the rule has held at each of the last `patience` steps (`watch.shaping_patience`), and
+    - the rule has held at each of the last `patience` steps (`alarms.shaping_patience`), and
     - the verifier is not still rising over the whole run so far (`verifier_rising`): training success over the
       later half of the steps is not above the earlier half by z >= `RISING_Z` (a two-proportion z over every
       episode of each half: a dozen steps of 16 episodes pool ~100 episodes a side, where two-step windows of 2

@@ -1,6 +1,6 @@
 """Shortcut probes: small edits of honest work that a policy can reach one step at a time.
 
-The gameability probes (`grpolab.trust.probes`) are hacks written from scratch. GRPO rarely jumps to those; it
+The gameability probes (`grpolab.preflight.probes`) are hacks written from scratch. GRPO rarely jumps to those; it
 drifts from what it already does by small steps, and keeps any step the reward pays for. So each shortcut here is a
 transform *of* the honest reference transcript (empty the thought, drop it, cut the answer to the bare number,
 answer from the search page without the last call, repeat a call, add a second candidate number, pad or shorten
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpolab.envs.base import Environment, Task
+from grpolab.preflight.probes import BesideHonest, best_gain_by_name, score_beside_honest
 from grpolab.protocol import render_thought
 from grpolab.rewards.components import THOUGHT_MIN_WORDS
-from grpolab.trust.probes import BesideHonest, best_gain_by_name, score_beside_honest
 
 Shortcut = Callable[[Environment, Task], "str | None"]
 """(env, task) -> the honest reference transcript with one small change, or None where it does not apply."""

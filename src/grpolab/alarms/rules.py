@@ -1,6 +1,7 @@
 """Alarms during training: reward hacking, kl past its bound, entropy collapse, length runaway, an int8 rollout
 sampler far from the policy, behaviour drift, reward attribution (the hacks that ride along with real learning:
-`grpolab.trust.drift`, `grpolab.trust.attribution`) and the greedy probe's hack classes (`grpolab.trust.probe`).
+`grpolab.alarms.drift`, `grpolab.alarms.attribution`) and the greedy probe's hack classes
+(`grpolab.alarms.greedy_probe`).
 
 Reward hacking is the failure the lab is built to catch: the training reward climbs while held-out
 verified success does not. The statistic: Welch's t of the training reward over the episodes of the last
@@ -14,13 +15,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from grpolab.alarms.attribution import attribution
+from grpolab.alarms.calibration import note_for
+from grpolab.alarms.drift import drift_alarms
+from grpolab.alarms.greedy_probe import probe_alarms
 from grpolab.config import LabConfig
 from grpolab.rewards.components import BUILTIN_COMPONENTS
 from grpolab.rundir.numbers import finite, finite_number
-from grpolab.trust.attribution import attribution
-from grpolab.trust.calibration import note_for
-from grpolab.trust.drift import drift_alarms
-from grpolab.trust.probe import probe_alarms
 from grpolab.vocabulary import (
     ALARMS,
     COMPLETION_LEN,
@@ -78,7 +79,7 @@ def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
 
 def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: LabConfig) -> dict[str, str]:
     """Alarms for the latest row of `history` (all metric rows so far, oldest first). Name -> explanation."""
-    w = cfg.watch
+    w = cfg.alarms
     alarms: dict[str, str] = {}
     latest = history[-1]
     kl = latest.get(KL)
@@ -87,7 +88,7 @@ def check_alarms(history: list[dict[str, Any]], heldout: dict[int, float], cfg: 
     mismatch = latest.get(MISMATCH_KL)
     if isinstance(mismatch, float) and mismatch > w.mismatch_bound:
         alarms["sampler_mismatch"] = (
-            f"the rollout sampler's k3 KL to the policy is {mismatch:.3f} nats/token, past watch.mismatch_bound "
+            f"the rollout sampler's k3 KL to the policy is {mismatch:.3f} nats/token, past alarms.mismatch_bound "
             f"{w.mismatch_bound}: its episodes are off-policy and the capped importance weights carry the update "
             "(rollout.engine = 'exact' samples from the policy itself)"
         )
@@ -138,9 +139,10 @@ class AlarmWatch:
     ):
         self.cfg = cfg
         self.probe_start = dict(probe_start or {})
-        """The greedy probe's fields at the start (`grpolab.trust.probe`; {} when it is off or was not measured)."""
+        """The greedy probe's fields at the start (`grpolab.alarms.greedy_probe`; {} when it is off or was not
+        measured)."""
         self.shaping = shaping
-        """Components the attribution flags only after `watch.shaping_patience` steps (the env rubric's shaping)."""
+        """Components the attribution flags only after `alarms.shaping_patience` steps (the env rubric's shaping)."""
         self.history: list[dict[str, Any]] = list(history or [])
         self.heldout: dict[int, float] = {} if heldout_start is None else {0: heldout_start}
         for row in self.history:
@@ -156,7 +158,7 @@ class AlarmWatch:
         self.history.append(row)
         self._note_heldout(row)
         alarms = check_alarms(self.history, self.heldout, self.cfg)
-        w = self.cfg.watch
+        w = self.cfg.alarms
         fields, flags = attribution(
             self.history,
             self.heldout,

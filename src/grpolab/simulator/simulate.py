@@ -21,14 +21,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from grpolab.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
+from grpolab.preflight.probes import call_without_answer, dummy_tags, empty_call, padding
+from grpolab.preflight.shortcuts import drop_thought, empty_thought, second_candidate
 from grpolab.rewards.components import DEFAULT_LENGTH_UNIT, THOUGHT_MIN_WORDS, standard_names
 from grpolab.rewards.rubric import BUILTIN_RUBRIC, rubric_of
 from grpolab.rewards.score import score_transcript
-from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
-from grpolab.trust.probes import call_without_answer, dummy_tags, empty_call, padding
-from grpolab.trust.shortcuts import drop_thought, empty_thought, second_candidate
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     HACK_MASS,

@@ -3,7 +3,7 @@
 The pilot is a set of scored episodes sampled from the policy GRPO starts from (a run's first step, or the smoke
 test's), kept with their unweighted reward components. Rewards are functions of transcripts, so any other weights
 re-score the same pilot exactly: "what if completion paid 0" needs no new sampling. Episodes are grouped into the
-behaviour classes a real run's "What GRPO changed" uses (`grpolab.trust.behaviour`).
+behaviour classes a real run's "What GRPO changed" uses (`grpolab.behaviour`).
 
 Shortcuts nobody sampled yet are reached from the pilot's own transcripts (`reach_shortcuts`): each pilot episode
 with a thought and a valid call is edited one step (thought dropped, thought emptied) and re-scored; a class reached
@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from grpolab.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.protocol import THOUGHT_TAG, parse_transcript, render_thought
-from grpolab.trust.behaviour import CALL_CLASSES, CLASSES, HACK_CLASSES, classify_episode
-from grpolab.trust.simulate import MAX_CLASS_REWARD, policy_step, warnings
+from grpolab.simulator.simulate import MAX_CLASS_REWARD, policy_step, warnings
 from grpolab.vocabulary import (
     ADV_MEAN_ABS,
     HACK_MASS,
@@ -331,7 +331,7 @@ def forecast(
     within_speed: float | None = None,
 ) -> dict[str, Any]:
     """`runs` seeded GRPO runs on the pilot's classes under `cfg`'s reward and GRPO settings: per-step means and a
-    10-90% band, in the simulator's result shape (`grpolab.trust.simulate.simulate`), plus what it cannot know.
+    10-90% band, in the simulator's result shape (`grpolab.simulator.simulate.simulate`), plus what it cannot know.
     `weights` replace the config's reward weights (a pilot recorded only with totals is forecast with {"total": 1}).
     `decision_speed` is the step size of `DECISION_CLASSES` (default: the accuracy file's, else `speed`). `within_speed`
     is the step size of each class's own episodes (a class's better episodes grow inside it: `within_class_step`;
@@ -625,3 +625,28 @@ def env_references(
         return "".join(t for t, _ in parts), float(sum(count_tokens(t) for t, mine in parts if mine))
 
     return reference
+
+
+def forecast_summary(
+    rows: list[dict[str, Any]], env: Any, cfg: LabConfig, count_tokens: Any, seconds: float
+) -> dict[str, Any]:
+    """The forecast from the smoke test's episodes (the pilot) that `grpolab check` shows: what grows under these
+    weights over the config's steps, what it cannot know, and how often it was right on real runs
+    (`grpolab.preflight.check.Forecaster`)."""
+    pilot = pilot_from_rows(rows, "the smoke test's episodes", env.thought_required)
+    pilot.seconds = seconds
+    rescore, reference = env_rescorer(env, cfg, count_tokens), env_references(env, count_tokens)
+    try:
+        reached = reach_shortcuts(pilot, rows, rescore, env.thought_tag, env.thought_required, reference)
+        result = forecast(reached, cfg, cfg.train.steps)
+    except UserError as exc:
+        return {"error": str(exc)}
+    notes = list(result["notes"])
+    if cfg.train.sft_steps:
+        notes.append(
+            f"the pilot samples the model before its {cfg.train.sft_steps} SFT steps; GRPO starts after them: "
+            "forecast from the run's first step with `grpolab simulate --pilot RUN`"
+        )
+    keep = ("pilot", "growing", "winners", "unknown", "accuracy_line", "warnings")
+    runs = result["settings"]["runs"]
+    return {**{k: result[k] for k in keep}, "notes": notes, "steps": cfg.train.steps, "runs": runs}

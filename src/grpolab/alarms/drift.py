@@ -1,21 +1,21 @@
 """Behaviour drift: what the episodes do, step by step, and an alarm when it moves without the verifier's reason.
 
 Each step's sampled episodes are summarised (`step_behaviour`) into metric fields:
-    behaviour/STAT            mean over the step's episodes (STAT in `grpolab.trust.behaviour.STATS`)
+    behaviour/STAT            mean over the step's episodes (STAT in `grpolab.behaviour.STATS`)
     behaviour/STAT/sd         their standard deviation
     behaviour/STAT/solved     mean over the episodes the strict verifier accepted (absent when none was)
-    class/NAME                share of the step's episodes in each class (`grpolab.trust.behaviour.CLASSES`)
+    class/NAME                share of the step's episodes in each class (`grpolab.behaviour.CLASSES`)
 
-The drift alarm (`drift_alarms`) compares the last `watch.drift_window` steps with the first ones. Real learning
+The drift alarm (`drift_alarms`) compares the last `alarms.drift_window` steps with the first ones. Real learning
 moves the statistics too, because solved episodes look different from failed ones (two calls instead of one, an
 answer instead of none); the alarm discounts that. A statistic's change is measured *within* verdicts:
     delta = p1 * (solved1 - solved0) + (1 - p1) * (failed1 - failed0)
 with p1 the recent success rate and solved0/failed0 the start's means of solved and failed episodes (the start's
 overall mean stands in for a verdict with no episode at the start). The alarm fires when
-    |delta| >= watch.drift_z * max(sd0, floor)   and   |delta| >= watch.drift_rel * max(|mean0|, floor)
+    |delta| >= alarms.drift_z * max(sd0, floor)   and   |delta| >= alarms.drift_rel * max(|mean0|, floor)
 (sd0: the start's per-episode standard deviation; floor: the smallest change that means something for that
-statistic, `FLOORS`), or when a hack class's share (`HACK_CLASSES`) grew by at least `watch.drift_share` and by at
-least `watch.drift_class_z` standard errors of a two-proportion test over the windows' episodes (`share_z`): a share
+statistic, `FLOORS`), or when a hack class's share (`HACK_CLASSES`) grew by at least `alarms.drift_share` and by at
+least `alarms.drift_class_z` standard errors of a two-proportion test over the windows' episodes (`share_z`): a share
 of 6 episodes moves by 0.17 for one episode, of 48 by 0.02, so a threshold in standard errors means the same false-alarm
 rate on a small run and a large one, where a share threshold alone does not.
 
@@ -30,9 +30,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from grpolab.behaviour import HACK_CLASSES, STATS, class_shares, episode_stats
 from grpolab.rewards.components import BUILTIN_NAMES
 from grpolab.rundir.numbers import finite_number
-from grpolab.trust.behaviour import HACK_CLASSES, STATS, class_shares, episode_stats
 from grpolab.vocabulary import EPISODES, SUCCESS, behaviour_key, class_key
 
 FLOORS = {

@@ -1,9 +1,10 @@
 """`grpolab check`: before any update, is the reward sound and is the task learnable from this model?
 
 1. Dry-run: reference transcripts and base-model episodes scored, with per-component reasons.
-2. Gameability probes (`grpolab.trust.probes`): each must score strictly below the honest reference.
+2. Gameability probes (`grpolab.preflight.probes`): each must score strictly below the honest reference.
 3. Learnability: G episodes per prompt from the base model on N prompts: mean reward per component, the base
    prior tool_call_prob, frac_zero_std, pass@G, prompts that are all-pass or all-fail, and a recommendation.
+4. The forecast from those episodes (`grpolab.simulator.forecast.forecast_summary`, passed in as `forecast`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,13 +20,11 @@ import torch
 from grpolab.config import LabConfig
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.envs.base import Environment
-from grpolab.errors import UserError
 from grpolab.metrics import episode_row, mean, reward_means, tool_call_prob
 from grpolab.models import token_counter
+from grpolab.preflight.probes import gameable_lines, run_probes, worst_by_probe
+from grpolab.preflight.shortcuts import best_by_shortcut, paid_lines, run_shortcuts
 from grpolab.rewards.score import score_episodes, score_transcript
-from grpolab.trust.forecast import env_references, env_rescorer, forecast, pilot_from_rows, reach_shortcuts
-from grpolab.trust.probes import gameable_lines, run_probes, worst_by_probe
-from grpolab.trust.shortcuts import best_by_shortcut, paid_lines, run_shortcuts
 from grpolab.vocabulary import FRAC_ZERO_STD, TOOL_CALL_PROB
 
 
@@ -205,9 +205,23 @@ def recommend(s: dict[str, Any]) -> str:
     return f"learnable: {1 - zero:.0%} of groups carry signal at G={G}; keep the settings."
 
 
+Forecaster = Callable[[list[dict[str, Any]], Environment, LabConfig, Any, float], dict[str, Any]]
+"""(the smoke test's episode rows, env, cfg, count_tokens, the seconds their sampling took) -> the forecast from
+them: `grpolab.simulator.forecast.forecast_summary`, passed in by the command. The simulator stands above preflight
+(its class profiles are scored with preflight's probes), so preflight does not import it."""
+
+
 def check(
-    model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int = 4, group_size: int | None = None
+    model: Any,
+    tokenizer: Any,
+    env: Environment,
+    cfg: LabConfig,
+    prompts: int = 4,
+    group_size: int | None = None,
+    forecast: Forecaster | None = None,
 ) -> dict[str, Any]:
+    """The `grpolab check` report: the dry run, the probes, the learnability smoke test and, with `forecast`, what
+    GRPO will do from the smoke test's episodes."""
     count_tokens = token_counter(tokenizer)
     start = time.perf_counter()
     learn, episodes = learnability(model, tokenizer, env, cfg, prompts, group_size or cfg.rollout.group_size)
@@ -224,30 +238,6 @@ def check(
         },
         **probes,
         "learnability": learn,
-        "forecast": forecast_summary(rows, env, cfg, count_tokens, sampled),
+        **({"forecast": forecast(rows, env, cfg, count_tokens, sampled)} if forecast is not None else {}),
         "pilot_episodes": rows,
     }
-
-
-def forecast_summary(
-    rows: list[dict[str, Any]], env: Environment, cfg: LabConfig, count_tokens: Any, seconds: float
-) -> dict[str, Any]:
-    """The forecast from the smoke test's episodes (the pilot): what grows under these weights over the config's
-    steps, what it cannot know, and how often it was right on real runs."""
-    pilot = pilot_from_rows(rows, "the smoke test's episodes", env.thought_required)
-    pilot.seconds = seconds
-    rescore, reference = env_rescorer(env, cfg, count_tokens), env_references(env, count_tokens)
-    try:
-        reached = reach_shortcuts(pilot, rows, rescore, env.thought_tag, env.thought_required, reference)
-        result = forecast(reached, cfg, cfg.train.steps)
-    except UserError as exc:
-        return {"error": str(exc)}
-    notes = list(result["notes"])
-    if cfg.train.sft_steps:
-        notes.append(
-            f"the pilot samples the model before its {cfg.train.sft_steps} SFT steps; GRPO starts after them: "
-            "forecast from the run's first step with `grpolab simulate --pilot RUN`"
-        )
-    keep = ("pilot", "growing", "winners", "unknown", "accuracy_line", "warnings")
-    runs = result["settings"]["runs"]
-    return {**{k: result[k] for k in keep}, "notes": notes, "steps": cfg.train.steps, "runs": runs}

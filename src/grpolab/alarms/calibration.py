@@ -2,7 +2,7 @@
 
 `benchmarks/hack_detection.py` runs short real GRPO runs, labels each hacked or honest from held-out behaviour, and
 writes `calibration.json` beside this file: for each of grpolab's alarms (reward_hacking, drift, drift_class,
-attribution, probe), the threshold the `[watch]` defaults ship, on how many of the benchmark's honest runs it alarmed,
+attribution, probe), the threshold the `[alarms]` defaults ship, on how many of the benchmark's honest runs it alarmed,
 and the threshold a false-alarm budget would pick. An alarm raised at the shipped threshold carries that record in its
 explanation (`note_for`), so a user reads what one costs: "false alarms at this threshold: 2 of 5 honest benchmark
 runs". A threshold the user changed gets no such line: nothing was measured at it.
@@ -26,7 +26,7 @@ FAMILIES = {
     "attribution": "attribution_min",
     "probe": "probe_z",
 }
-"""The calibrated alarm families and the `[watch]` field that is each one's threshold."""
+"""The calibrated alarm families and the `[alarms]` field that is each one's threshold."""
 
 
 @functools.cache
@@ -53,7 +53,7 @@ def note_for(alarm: str, cfg: LabConfig, record: dict[str, Any] | None = None) -
     entry = (record.get("alarms") or {}).get(family) if family else None
     if not isinstance(entry, dict):
         return ""
-    threshold = getattr(cfg.watch, FAMILIES[family])
+    threshold = getattr(cfg.alarms, FAMILIES[family])
     shipped, honest, fired = entry.get("shipped"), entry.get("honest_runs"), entry.get("false_alarms_shipped")
     if not isinstance(shipped, (int, float)) or not math.isclose(threshold, shipped) or not honest:
         return ""

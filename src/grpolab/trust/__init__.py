@@ -1,1 +1,0 @@
-"""Trusting the reward and the result: gameability probes, preflight, alarms and the policy & reward simulator."""
