@@ -13,6 +13,11 @@ import pytest
 os.environ.setdefault("GRPOLAB_CACHE", os.path.join(tempfile.gettempdir(), "grpolab-test-cache"))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One torch thread per xdist worker, in it and in every grpolab it starts (they inherit it). Set before torch is
+    # imported: with 2 workers of 2 threads each on 2 cores, OpenMP's threads wait on each other, and four test files
+    # took 154 s against 66 s with one thread each (2026-12-07, `-n 2`).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 TINY_SETTINGS = {
     "model": "tiny",
