@@ -259,6 +259,16 @@ def _demo_phases(dp: dict) -> str:
     )
 
 
+def _suite_time(st: dict) -> str:
+    slowest = st["slowest"][:3]
+    named = "; ".join(f"{x['test'].rpartition('::')[2]} {x['seconds']:.0f} s" for x in slowest)
+    return (
+        f"{st['total_seconds'] / 60:.1f} min on a fresh clone of {st['clone_of']}: install (`make setup`) "
+        f"{st['setup_seconds'] / 60:.1f} min, `make test` {st['test_seconds'] / 60:.1f} min ({st['passed']} passed, "
+        f"{st['skipped']} skipped; {st['test_cpu_seconds'] / 60:.1f} CPU-minutes); slowest: {named}"
+    )
+
+
 def rows() -> list[str]:
     out = ["| result | figure | command | date |", "| --- | --- | --- | --- |"]
     r = load("step_cost")
@@ -353,6 +363,9 @@ def rows() -> list[str]:
     dp = load("demo_phases")
     if dp:
         out.append(f"| `make demo`, where its wall time goes | {_demo_phases(dp)} | `{dp['command']}` | {dp['date']} |")
+    st = load("suite_time")
+    if st:
+        out.append(f"| `make test`'s wall time | {_suite_time(st)} | `{st['command']}` | {st['date']} |")
     r = load("sim_speed")
     if r:
         fig = json.dumps({k: v for k, v in r.items() if k not in ("command", "date", "machine")})
