@@ -193,6 +193,21 @@ def _seeding_precision(sp: dict) -> str:
     return f"| {title} | {cells} | `{sp['command']}` | {sp['date']} |"
 
 
+def _bf16_gradients(bg: dict) -> str:
+    """How far bf16 autocast moves the SFT gradient, with the head or the LoRA branch put back in fp32."""
+    cells = []
+    for r in bg["rows"]:
+        b = r["bf16"]
+        cells.append(
+            f"after {r['sft_steps']} fp32 SFT steps: relative error {b['relative_error']:.2f} (cosine "
+            f"{b['cosine']:.3f}, signs agree {pct(b['sign_agreement'])}), with an fp32 head "
+            f"{r['bf16_fp32_head']['relative_error']:.2f}, with an fp32 LoRA branch "
+            f"{r['bf16_fp32_lora']['relative_error']:.2f}, fp32 run twice {r['fp32_again']:.2f}"
+        )
+    title = "the SFT gradient under bf16 autocast against fp32 (demo policy, one batch of 4 reference transcripts)"
+    return f"| {title} | {'; '.join(cells)} | `{bg['command']}` | {bg['date']} |"
+
+
 def _seeding(sd: dict) -> str:
     cells = ", ".join(
         f"{r['sft_steps']}: {pct(r['tool_call_prob'])} / {pct(r['success'])}"
@@ -313,6 +328,9 @@ def rows() -> list[str]:
     sp = load("seeding_precision")
     if sp:
         out.append(_seeding_precision(sp))
+    bg = load("bf16_gradients")
+    if bg:
+        out.append(_bf16_gradients(bg))
     for name, what in LEARNING.items():
         lr = load(name)
         if lr and "arms" in lr:

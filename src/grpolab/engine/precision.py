@@ -10,6 +10,11 @@ success than fp32 from the same seeds (benchmarks/results/seeding_precision.json
 avx512_bf16; docs/results.md has the table), although the log-probs' agreement below passed there. No short check
 at the start of a run was found that predicts it (tried: the cosine of the bf16 and fp32 gradients of a reference
 transcript's loss, and the loss fall of 3 AdamW steps of a fresh LoRA policy in each; neither separated them).
+Why it learns less is not the LoRA path, the head's dtype or underflow (`benchmarks/bf16_gradients.py`, 2026-12-07):
+after one fp32 SFT step the bf16 gradient of a batch's loss is 26% off the fp32 one (cosine 0.98), and putting the
+LM head or the LoRA branch back in fp32 leaves it there (26%, 25%); its error is as large in the last 10 layers
+(19%) as in the first (28%), so it enters at the top, through the logits the bf16 body computes. After 10 steps it
+is 7%: the early steps, which seeding is made of, are the ones bf16 moves most.
 Until such a check exists, bf16 on a CPU is the user's call (`train.precision = "bf16"`). Where it is allowed
 again, the checks below decide; all three must hold:
 - the CPU has native bf16 dot products (the `avx512_bf16` or `amx_bf16` flag): without them a bf16 matmul is
