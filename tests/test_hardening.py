@@ -197,8 +197,8 @@ def test_new_env_still_writes_into_an_existing_folder_and_an_empty_one(cli, tmp_
 
 
 def test_the_lab_over_the_stateful_scaffolds_config_offers_and_runs_its_env(tmp_path, request):
-    """Beside test_lab's data-scaffold test: `lab --config shop/config.toml` (env = "shop:ShopEnv"). Before: every
-    handler said the env was not offered, and the dropdown's choices lacked it."""
+    """Beside test_lab's data-scaffold test: `lab --config shop/config.toml` (env = "shop.py:ShopEnv", its file made
+    absolute). Before: every handler said the env was not offered, and the dropdown's choices lacked it."""
     pytest.importorskip("gradio")
     from grpolab.lab import form, handlers
     from grpolab.lab.app import build
@@ -207,28 +207,29 @@ def test_the_lab_over_the_stateful_scaffolds_config_offers_and_runs_its_env(tmp_
 
     folder = new_env("shop", tmp_path, stateful=True)
     base = load_config(folder / "config.toml", {"model": "tiny"})
-    assert base.env == "shop:ShopEnv"
+    shop = f"{(folder / 'shop.py').resolve()}:ShopEnv"
+    assert base.env == shop
     form.set_base_config(base)
     request.addfinalizer(lambda: form.set_base_config(None))
     controls = form.controls(base)
     values = {n: c.default(base) for n, c in controls.items()}
-    assert values["env"] == "shop:ShopEnv" and "reward.weights.actions" in values
+    assert values["env"] == shop and "reward.weights.actions" in values
     cfg = form.config_from_form(values)
-    assert cfg.env == "shop:ShopEnv" and cfg.reward.weights["actions"] == 0.5
+    assert cfg.env == shop and cfg.reward.weights["actions"] == 0.5
     cards, _, probes = handlers.simulate_view(values)
     assert "lab-error" not in cards + probes and "not offered" not in cards + probes
     script, path = handlers.export_view(tmp_path / "exports", values)
-    assert path is not None and "shop:ShopEnv" in script
+    assert path is not None and shop in script
     names = [n for n in controls if n.startswith(form.WEIGHT)]
-    shown = dict(zip(names, handlers.weights_shown("shop:ShopEnv", names)))
+    shown = dict(zip(names, handlers.weights_shown(shop, names)))
     assert shown["reward.weights.actions"]["visible"] is True
     LabLimits(base_env=base.env).check_config(cfg)  # what a training job started from the page checks
     with pytest.raises(UserError, match="not offered"):  # a request still names no module:attr of its own
         form.config_from_form({**values, "env": "os:getcwd"})
     page = build(tmp_path / "runs", tmp_path / "work")
     (dropdown,) = [b for b in page.blocks.values() if getattr(b, "label", None) == "environment"]
-    assert ("shop:ShopEnv", "shop:ShopEnv") in dropdown.choices and dropdown.value == "shop:ShopEnv"
-    assert dropdown.preprocess("shop:ShopEnv") == "shop:ShopEnv"  # what Gradio refused on every event
+    assert (shop, shop) in dropdown.choices and dropdown.value == shop
+    assert dropdown.preprocess(shop) == shop  # what Gradio refused on every event
 
 
 # ---- 5. reward letters -------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def test_the_shop_rows_are_the_same_for_a_seed_and_an_order_status_is_not_read_o
 
 
 def test_two_stateful_folders_in_one_process_each_load_their_own_shop(tmp_path, cli):
-    """Both folders hold shop.py and say env = "shop:ShopEnv": the second one's config must get its own file, not
+    """Both folders hold shop.py and say env = "shop.py:ShopEnv": the second one's config must get its own file, not
     the module of that name the first one imported."""
     from pathlib import Path
 
