@@ -169,6 +169,16 @@ def _sandbox_processes() -> list[int]:
     return _processes_naming(MARK, LINGER)
 
 
+def _sandbox_processes_after(grace_s: float = 5.0) -> list[int]:
+    """The sandbox processes still there after at most `grace_s`: one killed as the run ended may take a moment to
+    exit on a loaded machine (seen with the other xdist worker busy: one such process, gone a moment later). A process
+    that outlives the run sleeps far longer (LINGER, or the answer's own sleep) and is still found."""
+    deadline = time.monotonic() + grace_s
+    while (left := _sandbox_processes()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def _processes_naming(*texts: str) -> list[int]:
     """Processes (other than this one) whose command line holds any of `texts`."""
     needles = [t.encode() for t in texts]
@@ -203,7 +213,7 @@ def test_sandbox_timeout_kills_the_whole_group():
     assert alive, "the helper must see a running sandbox, or the check below proves nothing"
     r = seen[0]
     assert r.timed_out and r.passed == 0 and "timed out" in r.error
-    assert _sandbox_processes() == []  # the whole tree was killed, nothing left running
+    assert _sandbox_processes_after() == []  # the whole tree was killed, nothing left running
 
 
 FORK_EXEC = """
@@ -253,7 +263,7 @@ def test_no_process_outlives_the_run(without):
     run in every mode: seccomp refuses the fork, or the PID namespace dies with its PID 1, or the subreaper finds it."""
     r = run_tests(LINGERING, ADD_TESTS, "add", limits=Limits(wall_s=3.0, without=without))
     assert r.passed == 3, r  # the answer itself still works
-    assert _sandbox_processes() == []
+    assert _sandbox_processes_after() == []
 
 
 # ---- forged rewards: each paid 1.00 against the one-process harness -----------------------------------------------
