@@ -19,6 +19,9 @@ Definitions (every forecaster is read the same way):
     direction  a moved class forecast to move the same way (by more than 0.001)
     winner     the class with the largest end share, forecast and real
     share err  half the summed |forecast end - real end| over classes (total variation, 0 to 1)
+    brier      the winner split's Brier score: sum over classes of (share of the forecast's seeded runs the class ends
+               largest in - 1 if it is the real winner else 0)^2; 0 is certain and right, 2 certain and wrong (a
+               forecaster with one winner, and the ceiling's one real run, score 0 or 2)
     reward R2  1 - SS(real - forecast) / SS(real - mean) of the per-step mean reward, all runs' steps pooled (the
                ceiling's: one seed's curve as the forecast of the other's; `reward_r2_noise`: what a forecast of
                each step's expected reward would score, the 16-episode sampling noise of a step's mean left)
@@ -82,10 +85,15 @@ def end_of(run: dict[str, Any]) -> Shares:
     return shares_of([e for s in steps[-2:] for e in run["episodes"][str(s)]])
 
 
-def compare(forecast_move: Shares, forecast_end: Shares, start: Shares, end: Shares) -> dict[str, Any]:
-    """One forecast against one real run (the definitions in the module's docstring)."""
+def compare(
+    forecast_move: Shares, forecast_end: Shares, start: Shares, end: Shares, split: Shares | None = None
+) -> dict[str, Any]:
+    """One forecast against one real run (the definitions in the module's docstring); `split` is the forecast's
+    winner split (the share of its seeded runs each class ends largest in), one-hot on its winner where not given."""
     forecast_move = {c: float(v) for c, v in forecast_move.items()}
     forecast_end = {c: float(v) for c, v in forecast_end.items()}
+    real_winner = max(end, key=end.get)
+    split = split or {max(forecast_end, key=forecast_end.get): 1.0}
     moved = {c: end[c] - start[c] for c in CLASSES if abs(end[c] - start[c]) >= MOVE}
     right = {
         c: (d > 0) == (forecast_move.get(c, 0.0) > 0) and abs(forecast_move.get(c, 0.0)) > 1e-3
@@ -96,7 +104,8 @@ def compare(forecast_move: Shares, forecast_end: Shares, start: Shares, end: Sha
         "forecast_moves": {c: round(forecast_move.get(c, 0.0), 3) for c in moved},
         "direction_right": right,
         "forecast_winner": max(forecast_end, key=forecast_end.get),
-        "real_winner": max(end, key=end.get),
+        "real_winner": real_winner,
+        "winner_brier": sum((float(split.get(c, 0.0)) - (c == real_winner)) ** 2 for c in CLASSES),
         "share_error": sum(abs(forecast_end.get(c, 0.0) - end[c]) for c in CLASSES) / 2,
     }
 
@@ -110,6 +119,7 @@ def summary(per_run: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "direction": sum(sum(r["direction_right"].values()) for r in runs) / moves if moves else None,
         "winner": sum(r["forecast_winner"] == r["real_winner"] for r in runs) / len(runs) if runs else None,
         "share_error": statistics.mean(r["share_error"] for r in runs) if runs else None,
+        "winner_brier": statistics.mean(r["winner_brier"] for r in runs) if runs else None,
     }
 
 
@@ -358,7 +368,7 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
         )
         iters = result["iterations"]
         move, fc_end = forecast_ends(iters, run["steps"])
-        per["forecast"][k] = {**compare(move, fc_end, start, end), "growing": result["growing"]}
+        per["forecast"][k] = {**compare(move, fc_end, start, end, result["winners"]), "growing": result["growing"]}
         per["simulator"][k] = compare(*old_simulator(run, start), start, end)
         per["naive"][k] = compare(*naive(run, start), start, end)
         for s, real in step_rewards(run).items():

@@ -348,6 +348,16 @@ def _forecast(f: dict[str, Any]) -> list[str]:
             "one scored case behind on direction or winner."
         )
     ]
+    if s["forecast"].get("winner_brier") is not None:
+        brier = {key: s[key].get("winner_brier") for key in named}
+        shown = ", ".join(f"{named[k].split(' (')[0]} {v:.2f}" for k, v in brier.items() if v is not None)
+        tail.append(
+            "The winner split, scored: the forecast says which share of its seeded runs each class ends largest in, "
+            "and its Brier score against each real run's winner (0: certain and right; 2: certain and wrong; a "
+            f"forecaster with one winner scores 0 or 2) is {shown}; another seed's real run as the forecast, "
+            f"{ceiling['winner_brier']:.2f}. Where the real seeds of one config end with different winners, no "
+            "single winner is right on both; the split can be."
+        )
     branch = load("forced_branch")
     if branch:
         free, banned = branch["arms"]["free"]["classes"], branch["arms"]["no_thought"]["classes"]
