@@ -108,26 +108,33 @@ def import_plugin(spec: str) -> ModuleType:
     """One plugin: a module name on sys.path, or a path (relative ones from the working directory)."""
     if spec in _LOADED:
         return _LOADED[spec]
-    module = _import_path(Path(spec).resolve()) if is_path(spec) else _import_name(spec)
+    module = load_module(spec, "plugin")
     _LOADED[spec] = module
     return module
 
 
-def _import_name(name: str) -> ModuleType:
+def load_module(spec: str, what: str) -> ModuleType:
+    """The one loader of a user's code (plugins, `env = "file.py:Class"`, env data's tools and verifier modules,
+    TRL reward files): a `.py` file or package folder, imported under its private name (`private_name`), or a module
+    name on sys.path. `what` names it in the error a missing or failing module gives (exit 2, never a traceback)."""
+    return _import_path(Path(spec).resolve(), what) if is_path(spec) else _import_name(spec, what)
+
+
+def _import_name(name: str, what: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
             searched = ", ".join(p or "." for p in sys.path)
             raise UserError(
-                f"plugin {name!r} not found: no {name}.py or {name}/ in the config file's folder (the working "
-                f"directory for --plugin), and no module {name!r} on sys.path ({searched})",
-                f'name its file (plugins = ["path/to/{name.split(".")[-1]}.py"], relative to the config file), '
-                "put its folder on PYTHONPATH, or pip install it",
+                f"{what} {name!r} not found on the Python path: no {name}.py or {name}/ in the config file's folder "
+                f"(the working directory for --plugin), and no module {name!r} on sys.path ({searched})",
+                f"name its file (path/to/{name.split('.')[-1]}.py, relative to the config file), put its folder on "
+                "PYTHONPATH, or pip install it",
             ) from None
-        raise _failed(name, exc) from None
-    except Exception as exc:  # whatever the module raises on import is a bad plugin, not a crash
-        raise _failed(name, exc) from None
+        raise _failed(what, name, exc) from None
+    except Exception as exc:  # whatever the module raises on import is a bad config, not a crash
+        raise _failed(what, name, exc) from None
 
 
 USER_PREFIX = "grpolab_user."
@@ -152,14 +159,16 @@ def _same_file(module: ModuleType, path: Path) -> bool:
     return Path(getattr(module, "__file__", "") or "").resolve() == init.resolve()
 
 
-def _import_path(path: Path) -> ModuleType:
+def _import_path(path: Path, what: str) -> ModuleType:
     package = path.is_dir()
     init = path / "__init__.py" if package else path
     if not init.is_file():
-        raise UserError(f"plugin {str(path)!r} not found (no such file)", "fix the path, or remove the plugin")
+        raise UserError(
+            f"{what} {path} not found (no such file)", "fix the path (relative ones start at the config's folder)"
+        )
     stem = path.name if package else path.stem
     if not stem.isidentifier():
-        raise UserError(f"plugin {str(path)!r}: {stem!r} is not a module name", "rename it (letters, digits, _)")
+        raise UserError(f"{what} {path}: {stem!r} is not a module name", "rename it (letters, digits, _)")
     name = private_name(path)
     if name in sys.modules:
         return sys.modules[name]
@@ -172,7 +181,7 @@ def _import_path(path: Path) -> ModuleType:
         name, init, submodule_search_locations=[str(path)] if package else None
     )
     if spec is None or spec.loader is None:
-        raise UserError(f"plugin {str(path)!r} cannot be imported", "name a .py file or a package folder")
+        raise UserError(f"{what} {path} cannot be imported", "name a .py file or a package folder")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # registered first: dataclasses, pickle and the module's own imports find it
     try:
@@ -181,15 +190,16 @@ def _import_path(path: Path) -> ModuleType:
         del sys.modules[name]
         if not isinstance(exc, Exception):
             raise
-        raise _failed(str(path), exc) from None
+        raise _failed(what, str(path), exc) from None
     return module
 
 
-def _failed(name: str, exc: Exception) -> UserError:
-    """A plugin whose code raised on import: the error and the line it came from."""
+def _failed(what: str, name: str, exc: Exception) -> UserError:
+    """User code that raised on import: what it is, the error and the line it came from."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     return UserError(
-        f"plugin {name!r} failed to import ({type(exc).__name__}: {exc}{where})",
-        "fix the plugin (python -c 'import it' shows the whole traceback), or remove it from plugins / --plugin",
+        f"{what} {name!r} failed to import ({type(exc).__name__}: {exc}{where})",
+        "fix it (python -c 'import it' shows the whole traceback)"
+        + (", or remove it from plugins / --plugin" if what == "plugin" else ""),
     )

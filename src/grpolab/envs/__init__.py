@@ -6,7 +6,7 @@ pip extra names them, so a missing one is a UserError with the install line, not
 
 A user environment is any object with the `Environment` interface (see `grpolab.envs.base`); register it in a
 package's entry points under the group `grpolab.envs`, or pass `--env my_pkg.my_module:MyEnv` or `--env
-path/to/my_env.py:MyEnv` (a file, loaded under a private name: `grpolab.envs.data.modules.load_module`). A class of
+path/to/my_env.py:MyEnv` (a file, loaded under a private name: `grpolab.plugins.load_module`). A class of
 TRL's `environment_factory` shape (a callable `reset`, not this interface) is run over the config's `data` rows by
 `grpolab.envs.trl_env.TrlEnv`.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpolab.envs.base import SPLITS, Environment, Evidence, Split, Task, Verdict
 from grpolab.errors import UserError
-from grpolab.plugins import is_path, plugin_module
+from grpolab.plugins import is_path, load_module, plugin_module
 
 if TYPE_CHECKING:
     from grpolab.config import DataEnvConfig, LabConfig, VerifiersConfig
@@ -142,8 +142,6 @@ def get_env(
     elif ":" in name:
         module_name, _, attr = name.rpartition(":")
         if is_path(module_name):  # env = "shop.py:ShopEnv" (grpolab.config made it absolute from its folder)
-            from grpolab.envs.data.modules import load_module  # tools and transformers: only for a user's file
-
             module = load_module(module_name, f"env {name!r}: module")
             factory = getattr(module, attr, None)
             if factory is None:

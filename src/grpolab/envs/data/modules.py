@@ -1,61 +1,20 @@
 """User code that env `data` names in its config: a tools module and a verifier function.
 
 A module is named by its file (`tools.py`, made absolute from the config's folder by `grpolab.config`) or by its
-import name (`my_pkg.tools`, found on sys.path: the working directory under `python -m`, or PYTHONPATH). A file is
-loaded under a name of its own (`grpolab.plugins.private_name`: `grpolab_user.<stem>`, as plugins are), so that a user's
-`json.py` never shadows the standard one.
+import name (`my_pkg.tools`, found on sys.path: the working directory under `python -m`, or PYTHONPATH), and loaded
+by the one loader of user code (`grpolab.plugins.load_module`: a file under its private name `grpolab_user.<stem>`,
+so that a user's `json.py` never shadows the standard one).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.plugins import private_name
+from grpolab.plugins import load_module
 from grpolab.tools import Tool
-
-
-def load_module(spec: str, what: str) -> ModuleType:
-    """The module `spec` names (a .py path or an import name); a UserError naming what was searched otherwise."""
-    if spec.endswith(".py") or "/" in spec:
-        path = Path(spec)
-        if not path.is_file():
-            raise UserError(f"{what} {spec} not found", "check the path (relative ones start at the config's folder)")
-        name = private_name(path)
-        if name in sys.modules:  # this very file, imported before (as a plugin too)
-            return sys.modules[name]
-        folder = str(path.resolve().parent)
-        if folder not in sys.path:  # as a plugin's: it may import its siblings (last: never before the stdlib)
-            sys.path.append(folder)
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise UserError(f"{what} {spec} is not a Python module", "name a .py file")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module  # typing and dataclasses look a function's module up by name
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:  # whatever the module raises on import is a bad config, not a crash
-            del sys.modules[name]
-            raise UserError(f"{what} {spec} failed to import ({type(exc).__name__}: {exc})", "fix it") from None
-        return module
-    try:
-        return importlib.import_module(spec)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (spec == exc.name or spec.startswith(exc.name + ".")):  # not what it imports
-            raise UserError(
-                f"{what} {spec!r} not found on the Python path",
-                "give the path of its .py file instead, or add its folder to PYTHONPATH",
-            ) from None
-        raise UserError(f"{what} {spec!r} failed to import ({exc})", "install what it imports") from None
-    except Exception as exc:
-        raise UserError(f"{what} {spec!r} failed to import ({type(exc).__name__}: {exc})", "fix that module") from None
 
 
 def load_function(spec: str, what: str) -> Callable[..., Any]:
