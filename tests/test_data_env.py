@@ -376,3 +376,19 @@ def test_check_and_two_train_steps_on_the_tiny_model(cli, folder, monkeypatch, t
     monkeypatch.chdir(tmp_path_factory.mktemp("later"))  # the run's own config finds its files from anywhere
     code, out, err = cli("eval", "--run", str(run), "--limit", "1", "--json")
     assert code == 0 and json.loads(out)["env"] == "data", err
+
+
+def test_a_tools_file_whose_name_is_not_a_module_name_still_loads(tmp_path):
+    """Only a plugin must be named like a module (a config finds it by its stem); a tools file is named by its path."""
+    from grpolab.envs.data.modules import tools_from_module
+    from grpolab.plugins import import_plugin
+
+    path = tmp_path / "my-tools.py"
+    path.write_text(
+        "def add(a: int, b: int) -> int:\n"
+        '    """Add two numbers.\n\n    Args:\n        a: one\n        b: two\n    """\n'
+        "    return a + b\n"
+    )
+    assert [t.name for t in tools_from_module(str(path))] == ["add"]
+    with pytest.raises(UserError, match="'my-tools' is not a module name"):
+        import_plugin(str(path))

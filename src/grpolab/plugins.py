@@ -108,6 +108,9 @@ def import_plugin(spec: str) -> ModuleType:
     """One plugin: a module name on sys.path, or a path (relative ones from the working directory)."""
     if spec in _LOADED:
         return _LOADED[spec]
+    stem = Path(spec).stem
+    if is_path(spec) and not stem.isidentifier():  # `env = "stem:Class"` finds a plugin by it (`plugin_module`)
+        raise UserError(f"plugin {spec}: {stem!r} is not a module name", "rename it (letters, digits, _)")
     module = load_module(spec, "plugin")
     _LOADED[spec] = module
     return module
@@ -166,9 +169,6 @@ def _import_path(path: Path, what: str) -> ModuleType:
         raise UserError(
             f"{what} {path} not found (no such file)", "fix the path (relative ones start at the config's folder)"
         )
-    stem = path.name if package else path.stem
-    if not stem.isidentifier():
-        raise UserError(f"{what} {path}: {stem!r} is not a module name", "rename it (letters, digits, _)")
     name = private_name(path)
     if name in sys.modules:
         return sys.modules[name]
