@@ -258,3 +258,23 @@ def test_the_lab_forecasts_from_a_pilot_and_says_how_often_it_was_right(monkeypa
     assert "growing under these weights: call_no_answer" in handlers.simulate_view(shortcut)[0]
     monkeypatch.setattr(handlers, "demo_pilot", lambda cfg: None)
     assert "class-profile simulator after 20 iterations" in handlers.simulate_view(values)[0]
+
+
+def test_simulate_on_the_demo_config_forecasts_the_dropped_thought_from_the_shipped_pilot(cli):
+    """`grpolab simulate --config demo.toml` reads the shipped samples of the demo's seeded model, as the lab does,
+    and names the shortcut the demo's weights pay for before any GRPO step; another env, or a weight the pilot was
+    not scored with, keeps the class-profile simulator."""
+    from grpolab.config import DEMO_CONFIG
+    from grpolab.simulator.forecast import demo_pilot
+
+    code, out, _ = cli("simulate", "--config", str(DEMO_CONFIG), "--steps", "20", "--runs", "4", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert result["forecast"] and "dropped_thought" in result["growing"]
+    assert result["pilot"]["episodes"] >= 100 and result["accuracy"]
+    demo = load_config(DEMO_CONFIG)
+    assert demo_pilot(demo) is not None
+    assert demo_pilot(load_config(DEMO_CONFIG, {"env": "arithmetic"})) is None
+    assert demo_pilot(load_config(DEMO_CONFIG, {"reward.weights": {**demo.reward.weights, "mine": 1.0}})) is None
+    code, out, _ = cli("simulate", "--env", "arithmetic", "--steps", "3", "--runs", "2")
+    assert code == 0 and out.startswith("simulation"), out

@@ -35,6 +35,7 @@ from grpolab.models import model_token_counter
 from grpolab.rundir import RunDir
 from grpolab.rundir.snapshot import drawable_metrics
 from grpolab.simulator.forecast import (
+    demo_pilot,
     env_references,
     env_rescorer,
     forecast,
@@ -214,8 +215,9 @@ def simulate(
     plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Forecast what GRPO does to your model under these weights (--pilot: from its own sampled episodes, re-scored),
-    or simulate GRPO on fixed class profiles measured with the real reward."""
+    """Forecast what GRPO does to your model under these weights (--pilot: from its own sampled episodes, re-scored;
+    the demo's config: from the shipped samples of its seeded model), or simulate GRPO on fixed class profiles
+    measured with the real reward."""
     if pilot is not None:
         _forecast(pilot, config, env, seed, weights, plugin, beta, steps, runs, json)
         return
@@ -224,6 +226,11 @@ def simulate(
     base = (run_plugins(real) or RunDir(real).read_config()) if real is not None and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
     source = calibrate or real
+    shipped = demo_pilot(cfg) if source is None else None
+    if shipped is not None:  # the demo's own samples, as the lab forecasts it: re-scored under these weights
+        result = forecast(shipped, cfg, steps, runs)
+        print_json(result) if json else print_forecast(result)
+        return
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR
     environment = env_for(cfg)
     profiles = measure_profiles(

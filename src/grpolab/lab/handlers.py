@@ -64,7 +64,7 @@ def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
         r = cfg.reward
         extra = tuple(sorted(k for k, w in r.weights.items() if w and k not in standard_names()))
         pilot = demo_pilot(cfg)
-        if pilot is not None and all(k in pilot.episodes[0].components for k, w in r.weights.items() if w):
+        if pilot is not None:
             result = forecast(pilot, cfg, steps)  # the demo's own samples, re-scored: the step size is fitted
         else:
             profiles = _profiles(env_key(cfg), cfg.model, r.length_unit, extra, r.thought_min_words)

@@ -226,15 +226,17 @@ def _references(
 
 
 def demo_pilot(cfg: LabConfig) -> Pilot | None:
-    """The shipped pilot where `cfg` starts from the policy it sampled (the demo's model, env, tasks and seeding),
-    else None."""
+    """The shipped pilot where `cfg` starts from the policy it sampled (the demo's model, env, tasks and seeding) and
+    every reward it weighs was recorded on the pilot's episodes (so it can be re-scored), else None."""
     mine = {"env": cfg.env, "model": cfg.model, "task_kinds": list(cfg.task_kinds), "sft_steps": cfg.train.sft_steps}
     if mine != DEMO_PILOT_FOR or not DEMO_PILOT_FILE.is_file():
         return None
     try:
-        return Pilot.from_json(json.loads(DEMO_PILOT_FILE.read_text()))
+        pilot = Pilot.from_json(json.loads(DEMO_PILOT_FILE.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    recorded = pilot.episodes[0].components if pilot.episodes else {}
+    return pilot if all(k in recorded for k, w in cfg.reward.weights.items() if w) else None
 
 
 def load_accuracy() -> dict[str, Any]:
