@@ -57,14 +57,15 @@ from grpolab.envs import env_for
 from grpolab.models import model_token_counter
 from grpolab.simulator.forecast import (
     ACCURACY_FILE,
+    BRANCH_CLASSES,
     DEMO_PILOT_FILE,
     Pilot,
-    PilotEpisode,
     env_references,
     env_rescorer,
     forecast,
     pilot_from_rows,
     reach_shortcuts,
+    with_branch,
 )
 from grpolab.vocabulary import KL, REWARD_MEAN, class_key
 
@@ -144,22 +145,14 @@ def pilot_rows(runs: dict[str, dict[str, Any]], keys: list[str]) -> list[dict[st
     return [{**e, "group": f"{k}:{e.get('group')}"} for k in keys for e in runs[k]["episodes"]["1"]]
 
 
-BRANCH_CLASSES = ("dropped_thought",)
-"""Classes of `forced_branch.py`'s no-thought branch added to every pilot (as reached: sampled on a forced branch)."""
-
-
-def branch_episodes() -> list[PilotEpisode]:
-    """The starting policy's own episodes of the shortcut classes, sampled with the thought banned
-    (`forced_branch.py`); [] where that benchmark has not run."""
+def branch_rows() -> list[dict[str, Any]]:
+    """The starting policy's own episodes sampled with the thought banned (`forced_branch.py`; its short rows carry
+    their class); [] where that benchmark has not run. Its shortcut classes (`BRANCH_CLASSES`) join every pilot as
+    `grpolab check` adds its own branch (`with_branch`)."""
     path = results_path("forced_branch")
     if not path.is_file():
         return []
-    rows = json.loads(path.read_text())["arms"]["no_thought"]["episodes"]
-    return [
-        PilotEpisode(f"branch:{r['group']}", r["class"], dict(r["components"]), float(r["tokens"]), reached=True)
-        for r in rows
-        if r["class"] in BRANCH_CLASSES
-    ]
+    return json.loads(path.read_text())["arms"]["no_thought"]["episodes"]
 
 
 REFERENCE_ON = [True]
@@ -172,10 +165,7 @@ def make_pilot(runs: dict[str, dict[str, Any]], keys: list[str], rescore: Callab
     pilot = reach_shortcuts(
         pilot_from_rows(rows, f"first steps of {', '.join(keys)}"), rows, rescore, reference=REFERENCE[0]
     )
-    if BRANCH:  # the policy's own samples of a branch replace the edits of that class
-        kept = [e for e in pilot.episodes if not (e.reached and e.cls in BRANCH_CLASSES)]
-        pilot.episodes = kept + BRANCH
-    return pilot
+    return with_branch(pilot, BRANCH)  # the policy's own samples of a branch replace the edits of its classes
 
 
 NATURAL = [False]
@@ -320,7 +310,7 @@ def forecast_ends(iterations: list[dict[str, Any]], steps: int) -> tuple[Shares,
     return {c: end[c] - iterations[0][class_key(c)] for c in CLASSES}, end
 
 
-BRANCH: list[PilotEpisode] = []
+BRANCH: list[dict[str, Any]] = []
 
 
 def pilot_rescorer(runs: dict[str, dict[str, Any]]) -> Callable[..., Any]:
@@ -489,7 +479,7 @@ def main() -> None:
     runs = json.loads(results_path(RUNS_NAME).read_text())["runs"]
     t0 = time.perf_counter()
     if not args.no_branch:
-        BRANCH.extend(branch_episodes())
+        BRANCH.extend(branch_rows())
     result, pilot = score_benchmark(runs)
     result["geometry"] = args.geometry
     result["references"] = REFERENCE_ON[0]
@@ -503,7 +493,7 @@ def main() -> None:
         "scores": other["scores"]["forecast"],
         "shipped_fit": other["shipped_fit"],
     }
-    result["branch_episodes"] = len(BRANCH)
+    result["branch_episodes"] = sum(r["class"] in BRANCH_CLASSES for r in BRANCH)
     result["lab_forecasts"] = beats(result["scores"]["forecast"], result["scores"]["simulator"])
     shipped = result["shipped_fit"]
     result["hack_detection_set"] = score_hack_set(shipped["speed"], shipped["decision_speed"], shipped["within_speed"])

@@ -62,7 +62,7 @@ def _benchmark_pilot():
     if not path.is_file():
         return None
     runs = json.loads(path.read_text())["runs"]
-    fs.BRANCH.extend(fs.branch_episodes())
+    fs.BRANCH.extend(fs.branch_rows())
     return fs.make_pilot(runs, sorted(runs), fs.pilot_rescorer(runs))
 
 

@@ -135,3 +135,6 @@ def test_check_cli_flags_format_only_weights(tmp_path, grpolab_process):
     # the smoke test's episodes are the forecast's pilot, kept for `simulate --pilot` what-ifs
     assert len(report["pilot_episodes"]) == 2 and report["forecast"]["pilot"]["episodes"] == 2
     assert "forecast accuracy" in report["forecast"]["accuracy_line"]
+    # and the same prompts once more where the episode cannot open its thought: the shortcut no sample took yet
+    assert len(report["branch_episodes"]) == 2 and report["branch_seconds"] >= 0
+    assert not any(row["text"].lstrip().startswith("<thought>") for row in report["branch_episodes"])

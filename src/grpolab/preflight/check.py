@@ -4,7 +4,9 @@
 2. Gameability probes (`grpolab.preflight.probes`): each must score strictly below the honest reference.
 3. Learnability: G episodes per prompt from the base model on N prompts: mean reward per component, the base
    prior tool_call_prob, frac_zero_std, pass@G, prompts that are all-pass or all-fail, and a recommendation.
-4. The forecast from those episodes (`grpolab.simulator.forecast.forecast_summary`, passed in as `forecast`).
+4. The forecast from those episodes (`grpolab.simulator.forecast.forecast_summary`, passed in as `forecast`), with
+   the same prompts sampled once more on the branch where the episode cannot open its thought (where the env asks
+   for one): the shortcut a reward may pay for before any episode took it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
+from grpolab.engine.branches import no_thought_chooser
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.envs.base import Environment
 from grpolab.metrics import episode_row, mean, reward_means, tool_call_prob
@@ -104,16 +107,35 @@ def _spread(tasks: list, n: int) -> list:
     return out
 
 
+def sample_scored(
+    model: Any,
+    tokenizer: Any,
+    env: Environment,
+    cfg: LabConfig,
+    prompts: int,
+    group_size: int,
+    no_thought: bool = False,
+) -> list[Episode]:
+    """`group_size` scored episodes of the base model on each of `prompts` spread train tasks; `no_thought`: on the
+    branch where the episode cannot open its thought (`grpolab.engine.branches`; [] where the tokenizer cannot ban
+    it without banning a tool call)."""
+    tasks = _spread(env.tasks("train"), prompts)
+    settings = sampling_settings(cfg)
+    generator = torch.Generator(device="cpu").manual_seed(cfg.seed + int(no_thought))
+    choose = no_thought_chooser(tokenizer, env.thought_tag, settings, generator) if no_thought else None
+    if no_thought and choose is None:
+        return []
+    episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, generator, choose=choose)
+    r = cfg.reward
+    score_episodes(env, episodes, r.weights, r.length_unit, r.thought_min_words, r.timeout_s)
+    return episodes
+
+
 def learnability(
     model: Any, tokenizer: Any, env: Environment, cfg: LabConfig, prompts: int, group_size: int
 ) -> tuple[dict[str, Any], list[Episode]]:
     tasks = _spread(env.tasks("train"), prompts)
-    settings = sampling_settings(cfg)
-    generator = torch.Generator(device="cpu").manual_seed(cfg.seed)
-    episodes = run_episodes(model, tokenizer, env, tasks, group_size, settings, generator)
-    score_episodes(
-        env, episodes, cfg.reward.weights, cfg.reward.length_unit, cfg.reward.thought_min_words, cfg.reward.timeout_s
-    )
+    episodes = sample_scored(model, tokenizer, env, cfg, prompts, group_size)
     per_prompt = []
     for g, task in enumerate(tasks):
         group = episodes[g * group_size : (g + 1) * group_size]
@@ -205,10 +227,11 @@ def recommend(s: dict[str, Any]) -> str:
     return f"learnable: {1 - zero:.0%} of groups carry signal at G={G}; keep the settings."
 
 
-Forecaster = Callable[[list[dict[str, Any]], Environment, LabConfig, Any, float], dict[str, Any]]
-"""(the smoke test's episode rows, env, cfg, count_tokens, the seconds their sampling took) -> the forecast from
-them: `grpolab.simulator.forecast.forecast_summary`, passed in by the command. The simulator stands above preflight
-(its class profiles are scored with preflight's probes), so preflight does not import it."""
+Forecaster = Callable[[list[dict[str, Any]], Environment, LabConfig, Any, float, list[dict[str, Any]]], dict[str, Any]]
+"""(the smoke test's episode rows, env, cfg, count_tokens, the seconds their sampling took, the no-thought branch's
+rows) -> the forecast from them: `grpolab.simulator.forecast.forecast_summary`, passed in by the command. The
+simulator stands above preflight (its class profiles are scored with preflight's probes), so preflight does not
+import it."""
 
 
 def check(
@@ -228,6 +251,12 @@ def check(
     sampled = time.perf_counter() - start
     probes = probe_report(env, cfg, count_tokens)
     rows = [episode_row(e) for e in episodes]
+    branch: list[dict[str, Any]] = []
+    if forecast is not None and env.thought_required:  # a shortcut nobody sampled yet: the policy on that branch
+        start = time.perf_counter()
+        n = group_size or cfg.rollout.group_size
+        branch = [episode_row(e) for e in sample_scored(model, tokenizer, env, cfg, prompts, n, no_thought=True)]
+        branch_seconds = time.perf_counter() - start
     return {
         "env": env.name,
         "model": cfg.model,
@@ -238,6 +267,7 @@ def check(
         },
         **probes,
         "learnability": learn,
-        **({"forecast": forecast(rows, env, cfg, count_tokens, sampled)} if forecast is not None else {}),
+        **({"forecast": forecast(rows, env, cfg, count_tokens, sampled, branch)} if forecast is not None else {}),
         "pilot_episodes": rows,
+        **({"branch_episodes": branch, "branch_seconds": round(branch_seconds, 1)} if branch else {}),
     }

@@ -203,6 +203,25 @@ def reach_shortcuts(
     return Pilot([*pilot.episodes, *added], pilot.source, pilot.seconds, list(pilot.notes))
 
 
+BRANCH_CLASSES = ("dropped_thought",)
+"""Classes the no-thought branch samples (`grpolab.engine.branches`): its episodes of these classes replace the edits
+that reach them."""
+
+
+def with_branch(pilot: Pilot, rows: Sequence[dict[str, Any]], thought_required: bool = True) -> Pilot:
+    """The pilot with the policy's own episodes on the no-thought branch (`rows`, scored) standing for the classes it
+    samples (`BRANCH_CLASSES`, as reached: the branch was forced), in place of the edits that reach them. An edit keeps
+    the edited transcript's outcome; the branch is what the policy does without a thought."""
+    branch = [e for e in pilot_from_rows(rows, "branch", thought_required).episodes if e.cls in BRANCH_CLASSES]
+    if not branch:
+        return pilot
+    kept = [e for e in pilot.episodes if not (e.reached and e.cls in BRANCH_CLASSES)]
+    for e in branch:
+        e.group, e.reached = f"branch:{e.group}", True
+    note = f"{len(branch)} episode(s) of {', '.join(BRANCH_CLASSES)} sampled on the no-thought branch"
+    return Pilot([*kept, *branch], pilot.source, pilot.seconds, [*pilot.notes, note])
+
+
 def _references(
     rows: Sequence[dict[str, Any]],
     rescore: Callable[[dict[str, Any], str], dict[str, float] | None],
@@ -630,16 +649,22 @@ def env_references(
 
 
 def forecast_summary(
-    rows: list[dict[str, Any]], env: Any, cfg: LabConfig, count_tokens: Any, seconds: float
+    rows: list[dict[str, Any]],
+    env: Any,
+    cfg: LabConfig,
+    count_tokens: Any,
+    seconds: float,
+    branch: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The forecast from the smoke test's episodes (the pilot) that `grpolab check` shows: what grows under these
-    weights over the config's steps, what it cannot know, and how often it was right on real runs
-    (`grpolab.preflight.check.Forecaster`)."""
+    """The forecast from the smoke test's episodes (the pilot) and its no-thought `branch` episodes that `grpolab
+    check` shows: what grows under these weights over the config's steps, what it cannot know, and how often it was
+    right on real runs (`grpolab.preflight.check.Forecaster`)."""
     pilot = pilot_from_rows(rows, "the smoke test's episodes", env.thought_required)
     pilot.seconds = seconds
     rescore, reference = env_rescorer(env, cfg, count_tokens), env_references(env, count_tokens)
     try:
         reached = reach_shortcuts(pilot, rows, rescore, env.thought_tag, env.thought_required, reference)
+        reached = with_branch(reached, branch, env.thought_required)
         result = forecast(reached, cfg, cfg.train.steps)
     except UserError as exc:
         return {"error": str(exc)}
