@@ -135,9 +135,10 @@ def test_compare_prints_model_text_literally(cli, monkeypatch):
         "breakdown": "F:+1.0",
         "reasons": {"completion": f"reason {MARKUP}"},
     }
-    monkeypatch.setattr(grpolab.cli.results, "load_policy", lambda spec, cfg: (None, None, load_config()))
+    # compare imports the engine when it runs (`import grpolab.cli` loads no torch): patched where it lives
+    monkeypatch.setattr("grpolab.engine.policy.load_policy", lambda spec, cfg: (None, None, load_config()))
     monkeypatch.setattr(grpolab.cli.results, "episode_row", lambda e: e)
-    monkeypatch.setattr(grpolab.cli.results, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
+    monkeypatch.setattr("grpolab.engine.evaluate.evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
     code, out, err = cli("compare", "--run", "[/x]run")
     flat = out.replace("\n", " ")
     assert code == 0, err
@@ -152,9 +153,10 @@ def test_compare_html_escapes_the_names_it_titles(cli, monkeypatch, tmp_path):
 
     row = {"task_id": "t", "prompt": "p", "answer": "1", "text": "x", "breakdown": "F:+1.0"}
     row["reasons"] = {"completion": "r"}
-    monkeypatch.setattr(grpolab.cli.results, "load_policy", lambda spec, cfg: (None, None, load_config()))
+    # compare imports the engine when it runs (`import grpolab.cli` loads no torch): patched where it lives
+    monkeypatch.setattr("grpolab.engine.policy.load_policy", lambda spec, cfg: (None, None, load_config()))
     monkeypatch.setattr(grpolab.cli.results, "episode_row", lambda e: e)
-    monkeypatch.setattr(grpolab.cli.results, "evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
+    monkeypatch.setattr("grpolab.engine.evaluate.evaluate", lambda *a: ({"heldout/success": 0.5}, [row]))
     page = tmp_path / "c.html"
     code, _, err = cli("compare", "--run", "<img src=x onerror=alert(1)>", "--against", "<b>base", "--html", str(page))
     assert code == 0, err
@@ -284,9 +286,6 @@ def test_outputs_the_user_names_are_printed_literally(cli, tmp_path, run_with, m
 def test_train_demo_and_export_model_print_paths_literally(cli, tmp_path, monkeypatch):
     import types
 
-    import grpolab.cli.agent
-    import grpolab.cli.train
-
     out_dir = tmp_path / f"{MARKUP} {LOUD}"
     out_dir.parent.mkdir(parents=True, exist_ok=True)  # '[/x]' holds a slash; no folder is made for the user
     fake = types.SimpleNamespace(
@@ -297,7 +296,7 @@ def test_train_demo_and_export_model_print_paths_literally(cli, tmp_path, monkey
         sft=lambda: None,
         has_steps=lambda: False,
     )
-    monkeypatch.setattr(grpolab.cli.train, "run_training", lambda cfg, out, **kw: fake)
+    monkeypatch.setattr("grpolab.run.loop.train", lambda cfg, out, **kw: fake)  # imported by train, demo as they run
     for argv in (("train", "--model", "tiny", "--out", str(out_dir)), ("demo", "--out", str(out_dir))):
         code, out, err = cli(*argv)
         assert code == 0 and literal(f"run dir: {out_dir}", out), (argv, err)
@@ -312,7 +311,7 @@ def test_train_demo_and_export_model_print_paths_literally(cli, tmp_path, monkey
         check=None,
         to_json=dict,
     )
-    monkeypatch.setattr(grpolab.cli.agent, "export_run", lambda *a, **k: result)
+    monkeypatch.setattr("grpolab.agent.export.export_run", lambda *a, **k: result)
     code, out, err = cli("export-model", "--run", str(tmp_path), "--out", str(out_dir))
     assert code == 0 and literal(f"wrote {out_dir}", out) and literal(str(out_dir / "m.gguf"), out), err
 

@@ -278,3 +278,28 @@ def test_simulate_on_the_demo_config_forecasts_the_dropped_thought_from_the_ship
     assert demo_pilot(load_config(DEMO_CONFIG, {"reward.weights": {**demo.reward.weights, "mine": 1.0}})) is None
     code, out, _ = cli("simulate", "--env", "arithmetic", "--steps", "3", "--runs", "2")
     assert code == 0 and out.startswith("simulation"), out
+
+
+def test_simulate_pilot_reads_a_check_reports_no_thought_branch(cli, tmp_path):
+    """A `check --save` report carries its episodes on the no-thought branch: the forecast from it has the class
+    they sample, as reached, and says where it came from."""
+    comps = {"format": 1.0, "schema": 1.0, "completion": 0.0, "length": 0.8}
+    free = {
+        "text": "<thought>I add them.</thought>\n<tool_call>\n"
+        '{"name": "add", "arguments": {"a": 5, "b": 7}}\n</tool_call>\n<tool_response>12</tool_response>\n13',
+        "components": comps,
+        "valid_calls": 1,
+        "tokens": 60,
+        "task_id": "x",
+    }
+    skipped = {**free, "text": free["text"].split("\n", 1)[1], "components": {**comps, "format": 0.0}}
+    report = tmp_path / "check.json"
+    report.write_text(json.dumps({"pilot_episodes": [free] * 8, "branch_episodes": [skipped] * 4}))
+    code, out, _ = cli("simulate", "--pilot", str(report), "--env", "arithmetic", "--steps", "3", "--runs", "2", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert result["classes"]["dropped_thought"]["reached_by_edit"]
+    assert any("4 episode(s) of dropped_thought sampled on the no-thought branch" in n for n in result["notes"])
+    report.write_text(json.dumps({"pilot_episodes": [free] * 8}))
+    code, out, _ = cli("simulate", "--pilot", str(report), "--env", "arithmetic", "--steps", "3", "--runs", "2", "--json")
+    assert code == 0 and not any("no-thought branch" in n for n in json.loads(out)["notes"])

@@ -1,6 +1,7 @@
 """Layering: a module low in the stack imports nothing heavy, so a user's tool that reads a config (or a test that
-builds one) does not pay for every environment, transformers and torch; building one environment imports no other,
-and one whose packages are not installed says which extra installs them."""
+builds one) does not pay for every environment, transformers and torch; the command line imports torch and
+transformers only in the commands that load a model; building one environment imports no other, and one whose
+packages are not installed says which extra installs them."""
 
 import json
 import subprocess
@@ -18,6 +19,17 @@ def test_config_is_a_leaf():
 
 def _fresh(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_imports_no_model_library():
+    # `grpolab --help`, `config`, `new-env`... start without torch (1.4 s) and transformers: commands import the
+    # engine and the models in their bodies
+    heavy = "m in ('transformers', 'torch', 'grpolab.agent.chat') or m.startswith('grpolab.engine.')"
+    out = _fresh(f"import sys, grpolab.cli; print([m for m in sys.modules if {heavy}])")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"import grpolab.cli loads {out.stdout.strip()}"
+    shown = subprocess.run([sys.executable, "-m", "grpolab.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "export-model" in shown.stdout, shown.stderr
 
 
 def test_get_env_imports_only_the_env_it_builds():

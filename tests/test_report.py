@@ -91,7 +91,7 @@ def test_compare_against_a_base_that_never_solves_uses_the_runs_sft_start(
 ):
     import json
 
-    import grpolab.cli.results as results
+    import grpolab.engine.policy as policy  # where compare imports it from as it runs
 
     out = tmp_path / "run"
     config = str(small_config(tmp_path))
@@ -100,11 +100,12 @@ def test_compare_against_a_base_that_never_solves_uses_the_runs_sft_start(
     )
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     applied = []
-    real = results.apply_warm_start
-    monkeypatch.setattr(results, "apply_warm_start", lambda m, c, p: applied.append(p) or real(m, c, p))
+    real = policy.apply_warm_start
+    monkeypatch.setattr(policy, "apply_warm_start", lambda m, c, p: applied.append(p) or real(m, c, p))
     code, out_text, _ = cli("compare", "--run", str(out), "--limit", "2", "--json")
     data = json.loads(out_text)
-    assert code == 0 and data["left"]["name"] == "sft-start" and applied == [RunDir(out).warm_start_path]
+    # applied twice: as the run's own policy loads (`build_policy`), then by compare to the base it seeds
+    assert code == 0 and data["left"]["name"] == "sft-start" and applied == [RunDir(out).warm_start_path] * 2
     assert "SFT-seeded start" in " ".join(data["notes"]) and len(data["left"]["episodes"]) == 2
 
 

@@ -186,7 +186,8 @@ def test_eval_with_a_model_on_the_shifted_env(cli):
 def fake_run(monkeypatch, tmp_path):
     """`eval --run` on a run trained on `finance` (its config.json; the tiny model stands in for its checkpoint);
     the policy's loading and the env that evaluate is handed are recorded."""
-    import grpolab.cli.train
+    import grpolab.engine.evaluate
+    import grpolab.engine.policy
     from grpolab.config import load_config
     from grpolab.models import load_model
 
@@ -200,14 +201,15 @@ def fake_run(monkeypatch, tmp_path):
         seen.append("policy loaded")
         return (*load_model("tiny", seed=0), cfg, 2)
 
-    monkeypatch.setattr(grpolab.cli.train, "load_run_policy", load_run_policy)
-    real = grpolab.cli.train.evaluate
+    # `eval` imports these as it runs: patched where they live
+    monkeypatch.setattr(grpolab.engine.policy, "load_run_policy", load_run_policy)
+    real = grpolab.engine.evaluate.evaluate
 
     def evaluate(model, tokenizer, env, cfg, split, limit):
         seen.append(env.name)
         return real(model, tokenizer, env, cfg, split, limit)
 
-    monkeypatch.setattr(grpolab.cli.train, "evaluate", evaluate)
+    monkeypatch.setattr(grpolab.engine.evaluate, "evaluate", evaluate)
     return run, seen
 
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from transformers.utils import get_json_schema
 
 from grpolab import seccomp
 from grpolab.calculator import CalculatorError, calculate
@@ -70,6 +69,8 @@ class Tool:
     def __post_init__(self) -> None:
         if self.isolate is None:
             self.isolate = not str(getattr(self.fn, "__module__", "") or "").startswith("grpolab.")
+        from transformers.utils import get_json_schema  # heavy: only once a tool is built, not when envs import
+
         self.schema = get_json_schema(self.fn)
         self.schema["function"].pop("return", None)
         self._validator = jsonschema.Draft202012Validator(self.parameters)

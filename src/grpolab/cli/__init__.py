@@ -34,11 +34,9 @@ from grpolab.cli.options import (
 )
 from grpolab.cli.supervise import run_supervised
 from grpolab.config import config_to_dict
-from grpolab.engine.policy import resolve_precision
 from grpolab.envs import SPLITS, Environment, env_for, env_names, get_env
 from grpolab.envs.base import EpisodeState
 from grpolab.errors import UserError
-from grpolab.models import model_token_counter
 from grpolab.rewards.rubric import check_weights
 from grpolab.rewards.score import score_transcript
 from grpolab.scaffold import new_env
@@ -85,6 +83,8 @@ def config(
         # values are the user's (model names, data paths) and "[reward]" would read as a markup tag
         line = f"{section} = {values!r}" if not isinstance(values, dict) else f"[{section}] {values}"
         console.print(line, markup=False)
+    from grpolab.engine.policy import resolve_precision  # torch: only for the precision line
+
     try:  # on a CPU with native bf16, auto is settled by a probe that loads the model
         choice = resolve_precision(cfg, environment)
     except UserError as exc:  # the config is printed all the same: a model that does not load is train's error
@@ -248,6 +248,8 @@ def reward_score(
     json: JsonOpt = False,
 ) -> None:
     """Score an assistant transcript (tool responses included) by re-executing its tool calls."""
+    from grpolab.models import model_token_counter
+
     cfg = resolve_config(config, env, weights=weights, plugins=plugin)
     e = env_for(cfg)
     t = e.task(task)

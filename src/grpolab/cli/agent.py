@@ -15,9 +15,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from grpolab.agent.chat import ChatSession
-from grpolab.agent.export import export_run, exported_config
-from grpolab.agent.gguf import GGUFType
 from grpolab.cli.options import (
     ConfigOpt,
     EnvOpt,
@@ -39,6 +36,7 @@ from grpolab.rewards.functions import import_config_code
 
 if TYPE_CHECKING:
     from grpolab.agent.chat import ChatEvent
+    from grpolab.agent.gguf import GGUFType
     from grpolab.config import LabConfig
 
 RunOpt = Annotated[Path | None, typer.Option("--run", help="Run directory (runs/NAME); its latest checkpoint.")]
@@ -63,6 +61,8 @@ def export_model(
     json: JsonOpt = False,
 ) -> None:
     """Export a run's agent: merged weights as a transformers model folder (and GGUF) that loads without grpolab."""
+    from grpolab.agent.export import export_run  # torch and transformers: only for the commands that load a model
+
     load_plugin_options(plugin)
     run_plugins(run)  # exporting runs the run (its env for --check): its recorded plugins are imported, and named
 
@@ -106,6 +106,8 @@ def chat(
     json: JsonOpt = False,
 ) -> None:
     """Talk to an agent: it thinks, calls the environment's real tools and answers (--run, or --model incl. exports)."""
+    from grpolab.agent.chat import ChatSession
+
     opts = {
         "max_new_tokens": max_new_tokens,
         "max_turns": max_turns,
@@ -132,6 +134,8 @@ def chat(
 
 def _model_config(config: Path | None, env: str | None, model: str | None, seed: int | None) -> LabConfig:
     """An exported folder brings its run's config (env, prompt); otherwise the usual config resolution."""
+    from grpolab.agent.export import exported_config
+
     exported = exported_config(Path(model)) if model and Path(model).is_dir() else None
     if exported is not None and config is None and env is None:
         import_config_code(exported)  # chatting with an export runs it: the plugins and rewards its run recorded

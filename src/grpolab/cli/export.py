@@ -25,8 +25,6 @@ from grpolab.cli.options import (
 from grpolab.envs import env_for
 from grpolab.files.outputs import output_target
 from grpolab.rewards.rubric import check_weights
-from grpolab.trl.export import export_trl as write_trl_script
-from grpolab.trl.settings import trl_section_notes, unsupported
 
 
 def register(app: typer.Typer) -> None:
@@ -52,6 +50,9 @@ def export_trl(
     json: JsonOpt = False,
 ) -> None:
     """Export the config as a TRL GRPOTrainer script with the same rewards, weights, prompts and LoRA/GRPO settings."""
+    from grpolab.trl.export import export_trl as write_trl_script  # torch (the engine's settings)
+    from grpolab.trl.settings import trl_section_notes, unsupported
+
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
     check_weights(cfg, env_for(cfg))  # a script whose weights name no component of its env would fail where it runs
     # a script that goes into a stream (/dev/stdout, a FIFO): what is said about it goes to stderr, not into it

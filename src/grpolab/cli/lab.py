@@ -11,7 +11,6 @@ import typer
 
 from grpolab.cli.options import PluginOpt, err_console, load_plugin_options, resolve_config
 from grpolab.errors import UserError
-from grpolab.lab.form import rubric_for
 from grpolab.lab.guard import LOOPBACK_NAMES, accepted_names
 from grpolab.lab.limits import LabLimits
 
@@ -76,6 +75,8 @@ def lab(
         from grpolab.lab.app import launch  # gradio (the lab extra): only for this command
     except ImportError as exc:
         raise UserError(f"the web lab needs gradio ({exc})", "pip install 'grpolab[lab]'")
+    from grpolab.lab.form import rubric_for
+
     load_plugin_options(plugin)  # each run's own plugins are imported when its config is read
     base = resolve_config(config, plugins=plugin) if config is not None else None
     if base is not None:

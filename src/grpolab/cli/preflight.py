@@ -23,10 +23,8 @@ from grpolab.cli.options import (
     resolve_config,
     writing_to,
 )
-from grpolab.engine.policy import engine_model
 from grpolab.envs import env_for
 from grpolab.files.outputs import output_target, write_output
-from grpolab.preflight.check import check as run_check
 from grpolab.rewards.rubric import check_weights
 from grpolab.simulator.forecast import forecast_summary, winners_line
 from grpolab.vocabulary import FRAC_ZERO_STD, REWARD_MEAN, TOOL_CALL_PROB
@@ -58,6 +56,9 @@ def check(
     """Dry-run the reward, run the gameability probes and the shortcut probes, and the learnability smoke test on the
     base model. Exits 1 when a probe matches or beats honest work; a shortcut the reward pays (an edit of honest work
     that scores above it) is named with its margin and the components that pay for it."""
+    from grpolab.engine.policy import engine_model  # torch: only for the commands that load a model
+    from grpolab.preflight.check import check as run_check
+
     target = output_target(save, "--save") if save is not None else None  # before minutes of work
     cfg = resolve_config(config, env, model, seed, weights, plugins=plugin)
     environment = env_for(cfg)
@@ -122,9 +123,13 @@ def _print(report: dict) -> None:
     elif fc:
         pilot = fc["pilot"]
         grows = ", ".join(f"{c} {a:.0%} -> {b:.0%}" for c, (a, b) in fc["growing"].items()) or "no class"
+        branch = report.get("branch_episodes") or []
+        cost = f"sampled in {pilot['seconds']:.0f} s" + (
+            f"; {len(branch)} more on the no-thought branch in {report['branch_seconds']:.0f} s" if branch else ""
+        )
         console.print(
             f"forecast over {fc['steps']} GRPO steps from the {pilot['episodes']} smoke-test episodes "
-            f"(sampled in {pilot['seconds']:.0f} s): growing: {grows}",
+            f"({cost}): growing: {grows}",
             markup=False,
         )
         if len(fc.get("winners") or {}) > 1:

@@ -23,14 +23,9 @@ from grpolab.cli.options import (
     run_plugins,
     writing_to,
 )
-from grpolab.engine.evaluate import evaluate
-from grpolab.engine.policy import apply_warm_start, load_policy
 from grpolab.envs import env_for
 from grpolab.files.outputs import output_target, write_output
 from grpolab.metrics import episode_row
-from grpolab.report.changes import change_lines, changes_html, what_changed
-from grpolab.report.html import render_report
-from grpolab.report.trajectories import page, side_by_side
 from grpolab.rundir import RunDir
 from grpolab.vocabulary import HELDOUT_SUCCESS
 
@@ -60,6 +55,11 @@ def compare(
     json: JsonOpt = False,
 ) -> None:
     """Side-by-side trajectories of two policies on the same held-out prompts (greedy), with rewards and reasons."""
+    from grpolab.engine.evaluate import evaluate  # torch: only for the commands that load a model
+    from grpolab.engine.policy import apply_warm_start, load_policy
+    from grpolab.report.changes import change_lines, changes_html, what_changed  # every env's module
+    from grpolab.report.trajectories import page, side_by_side
+
     target = output_target(html_out, "--html") if html_out is not None else None  # before minutes of work
     base_cfg = resolve_config(config, plugins=plugin)
     for side in (run, against):  # comparing runs each run named: its recorded plugins are imported, and named
@@ -129,6 +129,8 @@ def compare(
 
 def report(run: Annotated[Path, typer.Option("--run", help="Run directory.")], plugin: PluginOpt = None) -> None:
     """(Re)write runs/NAME/report.html from the run's artifacts (malformed ones are named and left out)."""
+    from grpolab.report.html import render_report
+
     load_plugin_options(plugin)  # a run is data: the report reads its rows and imports none of its plugins
 
     skipped: list[str] = []

@@ -31,7 +31,6 @@ from grpolab.errors import UserError
 from grpolab.files.limits import MAX_DATA_BYTES
 from grpolab.files.nesting import check_nesting
 from grpolab.files.user_input import read_user_file
-from grpolab.models import model_token_counter
 from grpolab.rundir import RunDir
 from grpolab.rundir.snapshot import drawable_metrics
 from grpolab.simulator.forecast import (
@@ -43,6 +42,7 @@ from grpolab.simulator.forecast import (
     pilot_from_rows,
     reach_shortcuts,
     winners_line,
+    with_branch,
 )
 from grpolab.simulator.simulate import (
     DEFAULT_KL_SCALE,
@@ -67,6 +67,31 @@ def register(app: typer.Typer) -> None:
     app.command()(simulate)
 
 
+REPORT_FIX = "pass a run directory or a `grpolab check --save` report"
+
+
+def check_report(path: Path) -> dict[str, Any]:
+    """A `check --save` report, read as untrusted input."""
+    text = read_user_file(path, "calibration report", MAX_DATA_BYTES, REPORT_FIX)
+    check_nesting(text, f"calibration report {path}", REPORT_FIX)
+    try:
+        report = jsonlib.loads(text)
+    except (ValueError, RecursionError):
+        raise UserError(f"{path} is not a `grpolab check --save` report", REPORT_FIX) from None
+    if not isinstance(report, dict):
+        raise UserError(f"{path} is not a `grpolab check --save` report", REPORT_FIX)
+    return report
+
+
+def branch_rows(path: Path) -> list[dict[str, Any]]:
+    """A `check --save` report's episodes on the no-thought branch (`grpolab.engine.branches`); [] for a run dir or
+    a report without them."""
+    if path.is_dir() or not path.exists():
+        return []
+    rows = check_report(path).get("branch_episodes")
+    return [r for r in rows if isinstance(r, dict) and _classifiable(r)] if isinstance(rows, list) else []
+
+
 def calibration_rows(path: Path) -> list[dict[str, Any]]:
     """Scored episode rows from a run dir (the first GRPO step's episodes: samples of the policy GRPO starts from;
     else the greedy eval/0.jsonl) or a `check --save` JSON file (its smoke test's episodes)."""
@@ -74,16 +99,15 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
         run = RunDir(path)
         rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
     elif path.exists():
-        fix = "pass a run directory or a `grpolab check --save` report"
-        text = read_user_file(path, "calibration report", MAX_DATA_BYTES, fix)
-        check_nesting(text, f"calibration report {path}", fix)
+        report = check_report(path)
         try:
-            report = jsonlib.loads(text)
             rows = report.get("pilot_episodes") or report["dry_run"]["base_episodes"]
-        except (ValueError, KeyError, TypeError, RecursionError):
-            raise UserError(f"{path} is not a `grpolab check --save` report", fix) from None
+        except (KeyError, TypeError):
+            raise UserError(f"{path} is not a `grpolab check --save` report", REPORT_FIX) from None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise UserError(f"{path}: pilot_episodes (or dry_run.base_episodes) is not a list of episode rows", fix)
+            raise UserError(
+                f"{path}: pilot_episodes (or dry_run.base_episodes) is not a list of episode rows", REPORT_FIX
+            )
     else:
         raise UserError(f"calibration source not found: {path}", "pass a run directory or a `check --save` JSON file")
     usable = [r for r in rows if _classifiable(r)]
@@ -134,6 +158,8 @@ def _forecast(
     json: bool,
 ) -> None:
     """`simulate --pilot`: the forecast from the pilot's episodes (`grpolab.simulator.forecast`)."""
+    from grpolab.models import model_token_counter  # torch: only where a tokenizer counts tokens
+
     base = (run_plugins(source) or RunDir(source).read_config()) if source.is_dir() and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
     environment = env_for(cfg)
@@ -142,6 +168,7 @@ def _forecast(
     count_tokens = model_token_counter(cfg.model)
     rescore, reference = env_rescorer(environment, cfg, count_tokens), env_references(environment, count_tokens)
     reached = reach_shortcuts(sampled, rows, rescore, environment.thought_tag, environment.thought_required, reference)
+    reached = with_branch(reached, branch_rows(source), environment.thought_required)
     result = forecast(reached, cfg, steps, runs)
     if json:
         print_json(result)
@@ -231,6 +258,8 @@ def simulate(
         result = forecast(shipped, cfg, steps, runs)
         print_json(result) if json else print_forecast(result)
         return
+    from grpolab.models import model_token_counter
+
     prior = prior_from_rows(calibration_rows(source)) if source else DEFAULT_PRIOR
     environment = env_for(cfg)
     profiles = measure_profiles(

@@ -27,12 +27,9 @@ from grpolab.cli.options import (
     resolve_config,
 )
 from grpolab.config import DEMO_CONFIG, field_doc
-from grpolab.engine.evaluate import evaluate, task_verdicts
-from grpolab.engine.policy import engine_model, load_run_policy
 from grpolab.envs import env_for
 from grpolab.errors import UserError
 from grpolab.files.outputs import output_folder
-from grpolab.run.loop import train as run_training
 from grpolab.run.timing import time_lines
 from grpolab.rundir import RunDir
 from grpolab.vocabulary import CONVERGENCE, HELDOUT_HEADLINE, HELDOUT_N, HELDOUT_SUCCESS, SPECS, SUCCESS
@@ -78,6 +75,8 @@ def train(
     quiet: QuietOpt = False,
 ) -> None:
     """Train with GRPO (optionally after an SFT warm start) into a run directory; --resume continues one."""
+    from grpolab.run.loop import train as run_training  # torch: only for the commands that load a model
+
     if resume is not None:
         load_plugin_options(plugin)
         notes: list[str] = []
@@ -127,6 +126,9 @@ def eval_(
 
     With --run, the run's policy is evaluated under the run's own config; --data, --category and --env change
     only what it is evaluated on (e.g. `--env finance_shifted`: the finance tasks behind tools it never saw)."""
+    from grpolab.engine.evaluate import evaluate, task_verdicts
+    from grpolab.engine.policy import engine_model, load_run_policy
+
     if split not in ("train", "heldout", "all"):
         raise UserError(f"unknown split {split!r}", "use --split train, heldout or all")
     if run is not None:
@@ -181,6 +183,8 @@ def demo(
 ) -> None:
     """Everything on the embedded model: the base model's held-out score, a short SFT seeding, GRPO, the held-out
     score after it, with the convergence of the real run (reward, KL, tool-token mass per step)."""
+    from grpolab.run.loop import train as run_training
+
     out = out or DEMO_OUT
     _run_out(out)
     cfg = resolve_config(config or DEMO_CONFIG, seed=seed, plugins=plugin, train__steps=steps)
