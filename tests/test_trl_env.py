@@ -351,3 +351,23 @@ def test_the_example_checks_trains_and_evaluates_with_no_change(tmp_path):
     evaluated = grpolab("eval", "--run", str(run), "--limit", "1", "--json", cwd=elsewhere)
     assert evaluated.returncode == 0, evaluated.stderr
     assert str(folder / "rewards.py") in evaluated.stderr  # the run's reward functions, named as they are imported
+
+
+def test_the_trl_backend_trains_the_stateful_example_scoring_each_episode_in_its_rollout(tmp_path):
+    """`train --backend trl` on a TRL environment (state per episode): grpolab's rollout scores each episode from the
+    traffic it recorded and TRL's reward functions read those scores, so TRL's per-component rewards are the lab's
+    episode scores (it was refused: a transcript alone cannot be re-run on a state that is gone)."""
+    pytest.importorskip("trl")
+    folder = tiny_example(tmp_path)
+    run = tmp_path / "run"
+    trained = grpolab(
+        "train", "--config", str(folder / "config.toml"), "--backend", "trl", "--out", str(run), "--quiet", cwd=tmp_path
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    weights = json.loads((run / "config.json").read_text())["reward"]["weights"]
+    (metrics,) = [json.loads(m) for m in (run / "metrics.jsonl").read_text().splitlines()]
+    episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    assert metrics["backend"] == "trl" and len(episodes) == 4  # every episode of the step is logged
+    for name in ("format", "length", "names_order", "no_stray_writes"):
+        lab = sum(e["components"][name] for e in episodes) / len(episodes) * weights.get(name, 1.0)
+        assert metrics[f"reward/{name}"] == pytest.approx(lab, abs=1e-6), name

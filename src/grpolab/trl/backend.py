@@ -28,7 +28,7 @@ from grpolab.errors import UserError
 from grpolab.formats import checked_format
 from grpolab.metrics import success_rate, tool_call_prob
 from grpolab.models import left_padded, model_token_counter
-from grpolab.rewards.score import Score, score_transcript
+from grpolab.rewards.score import Score, score_episodes, score_transcript
 from grpolab.trl.settings import grpo_settings, lora_settings
 from grpolab.vocabulary import (
     CLIP_FRAC,
@@ -70,6 +70,10 @@ def sft_rows(env: Environment, tokenizer: Any, cfg: LabConfig | None = None) -> 
 
 
 # ---- rollouts ----------------------------------------------------------------------------------------------
+
+LAB_SCORE = "lab_score"
+"""The rollout's field (forwarded by TRL to the reward functions) with each episode's `Score`, where the environment
+is scored from the traffic its rollout recorded (`Environment.scores_recorded_traffic`)."""
 
 
 class LabRollout:
@@ -123,7 +127,7 @@ class LabRollout:
         masking = bool(getattr(trainer.args, "mask_truncated_completions", False))
         closed = [masking and not e.truncated and e.completion_ids[-1:] not in [[t] for t in ends] for e in episodes]
         eos = eos_ids[0]
-        return {
+        out = {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids + [eos] * c for e, c in zip(episodes, closed)],
             "logprobs": [e.logprobs + [0.0] * c for e, c in zip(episodes, closed)],
@@ -131,6 +135,11 @@ class LabRollout:
             "transcript": [e.text for e in episodes],
             "gen_tokens": [e.n_policy_tokens for e in episodes],
         }
+        if self.env.scores_recorded_traffic:  # the tools' state lives in this rollout only: score it here, once
+            r = self.cfg.reward
+            score_episodes(self.env, episodes, r.weights, r.length_unit, r.thought_min_words, r.timeout_s)
+            out[LAB_SCORE] = [e.score for e in episodes]
+        return out
 
 
 # ---- rewards -----------------------------------------------------------------------------------------------
@@ -147,14 +156,10 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
 
     Each scores the transcript from the lab rollout (`transcript`, `gen_tokens` fields) or, without them, the
     completion text (its tokens counted by the config's model). The four functions share one cached score per
-    transcript.
+    transcript. An environment with state (or tools that answer differently each time) is scored inside the rollout,
+    from each episode's recorded tool traffic, and its scores come in the `LAB_SCORE` field: a transcript alone
+    would be checked by running its calls again, on a state that is gone.
     """
-    if env.scores_recorded_traffic:
-        raise UserError(
-            f"env {env.name!r} has tools with state (or that answer differently each time), and TRL's reward "
-            "functions see only the transcript, which grpolab would check by running its calls again",
-            "train it with the native backend (`--backend native`, the default), which scores the traffic it recorded",
-        )
     tasks = env.all_tasks()
 
     @lru_cache(maxsize=4096)
@@ -173,9 +178,18 @@ def reward_functions(env: Environment, cfg: LabConfig) -> tuple[list[Any], list[
 
     def make(name: str) -> Any:
         def reward(prompts: list[Any], completions: list[Any], task_id: list[str], **kwargs: Any) -> list[float]:
-            texts = kwargs.get("transcript") or [_text_of(c) for c in completions]
-            tokens = kwargs.get("gen_tokens") or [None] * len(texts)
-            scores = [score(t, x, n) for t, x, n in zip(task_id, texts, tokens)]
+            scores = kwargs.get(LAB_SCORE)
+            if scores is None:
+                if env.scores_recorded_traffic:
+                    raise UserError(
+                        f"env {env.name!r} has tools with state (or that answer differently each time): its episodes "
+                        "are scored in grpolab's rollout, from the traffic it recorded",
+                        "pass `rollout_func=LabRollout(env, cfg, tokenizer)` to GRPOTrainer, as the exported script "
+                        "does",
+                    )
+                texts = kwargs.get("transcript") or [_text_of(c) for c in completions]
+                tokens = kwargs.get("gen_tokens") or [None] * len(texts)
+                scores = [score(t, x, n) for t, x, n in zip(task_id, texts, tokens)]
             log_metric = kwargs.get("log_metric")
             if name == "completion" and log_metric is not None:
                 log_metric(TOOL_CALL_PROB, tool_call_prob(scores))

@@ -145,9 +145,8 @@ def _comment(text: str, first: str = "# - ", rest: str = "#   ") -> list[str]:
 
 
 UNBUNDLED = {("envs", "tau2"), ("envs", "verifiers_env.py")}
-"""Packages and modules a standalone script leaves out: τ²-bench retail needs the tau2 package, and its episodes have
-state, which the TRL path refuses (`trl.backend.reward_functions`); the verifiers adapter needs the verifiers
-package (and MCP), which the script's Needs line does not install."""
+"""Packages and modules a standalone script leaves out: τ²-bench retail needs the tau2 package and the verifiers
+adapter the verifiers package (and MCP), which the script's Needs line does not install."""
 
 
 def _bundle() -> str:

@@ -74,9 +74,10 @@ class TrlSource:
                 m.update(lab_metrics(logs, cfg.reward.weights))
                 m[KL_BOUND] = cfg.grpo.kl_bound
                 episodes = rollout.last_episodes[: cfg.train.episodes_per_step_logged]
+                unscored = [e for e in episodes if e.score is None]  # a stateful env's were scored in the rollout
                 reward = cfg.reward
                 score_episodes(
-                    source.env, episodes, reward.weights, reward.length_unit, reward.thought_min_words, reward.timeout_s
+                    source.env, unscored, reward.weights, reward.length_unit, reward.thought_min_words, reward.timeout_s
                 )
                 if on_step(StepResult(m, episodes)):
                     control.should_training_stop = True
