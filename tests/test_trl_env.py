@@ -371,3 +371,27 @@ def test_the_trl_backend_trains_the_stateful_example_scoring_each_episode_in_its
     for name in ("format", "length", "names_order", "no_stray_writes"):
         lab = sum(e["components"][name] for e in episodes) / len(episodes) * weights.get(name, 1.0)
         assert metrics[f"reward/{name}"] == pytest.approx(lab, abs=1e-6), name
+
+
+def test_chat_asks_in_a_rows_episode_when_reset_needs_its_columns(tmp_path, tokenizer, user_rewards):
+    """`grpolab chat --task ID` on a TRL class whose reset needs more than the prompt: the question is asked in
+    that row's episode (reset with its columns, its sign-in text after the question), and the calls change that
+    episode's state; without --task the error names the flag."""
+    from grpolab.agent.chat import ChatSession
+    from grpolab.errors import UserError
+    from grpolab.formats import checked_format
+
+    from .test_agent import ScriptedLM
+
+    env = env_for(load_config(tiny_example(tmp_path) / "config.toml"))
+    task = env.all_tasks()["cancel-1001"]
+    _, ids, _ = checked_format(tokenizer, env, "inline").reference_tokens(env, task)  # what a perfect agent writes
+    session = ChatSession(ScriptedLM(ids, len(tokenizer)), tokenizer, env, task_id="cancel-1001")
+    assert session.question("Cancel my lamp, please.").prompt.startswith("Cancel my lamp, please.\n\n[Signed in as Ada")
+    events = list(session.send("Cancel my lamp, please."))
+    assert [e.kind for e in events if e.kind == "tool_call"] == ["tool_call", "tool_call"]
+    assert session._state.state.orders["#1001"]["status"] == "cancelled"  # this episode's own shop
+    with pytest.raises(UserError, match="--task ID"):
+        list(ChatSession(ScriptedLM(ids, len(tokenizer)), tokenizer, env).send("Cancel my lamp."))
+    with pytest.raises(UserError, match="no task 'nope'"):
+        ChatSession(ScriptedLM(ids, len(tokenizer)), tokenizer, env, task_id="nope")

@@ -135,7 +135,14 @@ class _Shown:
 class ChatSession:
     """A conversation with one agent (model + tokenizer + the environment whose tools it calls)."""
 
-    def __init__(self, model: Any, tokenizer: Any, env: Environment, settings: ChatSettings | None = None):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        env: Environment,
+        settings: ChatSettings | None = None,
+        task_id: str | None = None,
+    ):
         self.model, self.tokenizer, self.env = model, tokenizer, env
         self.settings = settings or ChatSettings()
         if not env.executes_tools:
@@ -143,8 +150,10 @@ class ChatSession:
                 f"env {env.name!r} runs no tools (its functions come with each task and the calls are the answer)",
                 "chat with a run of an environment that has real tools (finance, arithmetic, code)",
             )
+        self.task = self._task_named(task_id) if task_id is not None else None
+        """Where questions are asked (`--task`): that task's row, meta and starting state."""
         try:
-            env.toolbox_for(question_task(""))
+            env.toolbox_for(self.question(""))
         except Exception:
             raise UserError(
                 f"env {env.name!r} has no tools outside its own tasks", "chat with finance, arithmetic or code"
@@ -158,21 +167,33 @@ class ChatSession:
         config = getattr(model, "config", None)
         self._context = getattr(config, "max_position_embeddings", None) or 1 << 62
 
-    @classmethod
-    def from_run(cls, run: Path, **overrides: Any) -> ChatSession:
-        """The agent of a run directory at its latest checkpoint (LoRA merged, as `export-model` writes it)."""
-        policy, tokenizer, cfg, _ = load_run_policy(run)
-        return cls(merged_model(policy), tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides))
+    def _task_named(self, task_id: str) -> Task:
+        tasks = self.env.all_tasks()
+        if task_id not in tasks:
+            shown = ", ".join(list(tasks)[:5]) + (", ..." if len(tasks) > 5 else "")
+            raise UserError(f"env {self.env.name!r} has no task {task_id[:80]!r}", f"--task one of: {shown}")
+        return tasks[task_id]
+
+    def question(self, text: str) -> Task:
+        """The episode a question starts: in the `--task`'s row and state, or a task-less one."""
+        return self.env.ask_in(self.task, text) if self.task is not None else question_task(text)
 
     @classmethod
-    def from_config(cls, cfg: LabConfig, **overrides: Any) -> ChatSession:
+    def from_run(cls, run: Path, task_id: str | None = None, **overrides: Any) -> ChatSession:
+        """The agent of a run directory at its latest checkpoint (LoRA merged, as `export-model` writes it)."""
+        policy, tokenizer, cfg, _ = load_run_policy(run)
+        settings = ChatSettings.from_config(cfg, **overrides)
+        return cls(merged_model(policy), tokenizer, env_for(cfg), settings, task_id)
+
+    @classmethod
+    def from_config(cls, cfg: LabConfig, task_id: str | None = None, **overrides: Any) -> ChatSession:
         """cfg.model (smollm2, tiny, an HF id or an exported folder) with cfg.env's tools and prompt."""
         model, tokenizer = engine_model(cfg.model, cfg)
-        return cls(model, tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides))
+        return cls(model, tokenizer, env_for(cfg), ChatSettings.from_config(cfg, **overrides), task_id)
 
     def messages(self, question: str) -> list[dict[str, str]]:
         """The chat that starts this question's inline episode: system prompt, history (if kept), the question."""
-        system = {"role": "system", "content": self.env.system_prompt(question_task(question))}
+        system = {"role": "system", "content": self.env.system_prompt(self.question(question))}
         return [system, *self.history, {"role": "user", "content": question}]
 
     def _rules(self) -> Any:
@@ -193,9 +214,14 @@ class ChatSession:
     def send(self, question: str, deltas: bool = False) -> Iterator[ChatEvent]:
         """Run one episode for `question`, yielding events as they happen; the last one is always `answer`."""
         self._turns = self._rules()  # settings may have changed since the last question
-        task = question_task(question)
+        task = self.question(question)
         if self.env.stateful and self._state is None:  # one state for the conversation: a cart outlives a question
-            self._state = self.env.start_episode(task)
+            try:
+                self._state = self.env.start_episode(task)
+            except UserError as exc:  # a TRL class whose reset needs its row's columns, not a question alone
+                if self.task is not None:
+                    raise
+                raise UserError(exc.problem, f"{exc.fix}; or ask in one of its tasks' episodes: --task ID") from None
         e = Episode(task, 0, self._prompt_ids(task), episode_state=self._state)
         shown, s = _Shown(), self._turns.s
         device = next(self.model.parameters()).device

@@ -102,6 +102,10 @@ def chat(
     max_turns: Annotated[int | None, typer.Option("--max-turns", min=1, help="Tool calls per question.")] = None,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, callback=finite, help="0 = greedy.")] = 0.0,
     history: Annotated[bool, typer.Option("--history", help="Keep earlier questions in the context.")] = False,
+    task: Annotated[
+        str | None,
+        typer.Option("--task", help="Ask in this task's episode: its row (a TRL env's reset columns) and state."),
+    ] = None,
     plugin: PluginOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -119,9 +123,9 @@ def chat(
         if model is not None:
             raise UserError("pass --run or --model, not both", "--run runs/NAME chats with that run's agent")
         run_plugins(run)  # chatting runs the run: its recorded plugins are imported, and named
-        session = ChatSession.from_run(run, **opts)
+        session = ChatSession.from_run(run, task, **opts)
     else:
-        session = ChatSession.from_config(_model_config(config, env, model, seed), **opts)
+        session = ChatSession.from_config(_model_config(config, env, model, seed), task, **opts)
     for q in _questions(question):
         if json:
             print_json_line({"kind": "question", "text": q})

@@ -7,7 +7,7 @@ entry point; see `grpolab.envs.get_env`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from grpolab.envs.rubric import Rubric
@@ -172,6 +172,11 @@ class Environment:
             episode.toolbox.owner = episode
             return episode.toolbox
         return toolbox
+
+    def ask_in(self, task: Task, question: str) -> Task:
+        """`question` from a person, asked in `task`'s episode (`grpolab chat --task`): the task's row, meta and
+        starting state, with the question as the prompt."""
+        return replace(task, prompt=question)
 
     def start_episode(self, task: Task) -> EpisodeState:
         """A new episode's tools and state. Stateless environments share one toolbox (the default); a stateful one

@@ -118,6 +118,8 @@ class TrlEnv(DataEnv):
         self._lock = threading.Lock()
         self._pool: list[Any] = []
         self._rows: dict[str, tuple[str, dict[str, Any], str | None]] = {}
+        self._asked: dict[str, set[str]] = {}
+        """Task id -> the prompts of questions asked in its episode (`ask_in`): reset with that row's columns."""
         """Task id -> (its prompt with reset's text, the columns reset is called with, what reset returned)."""
         self._probe = probe if probe is not None else self._new()
         self._cls = type(self._probe)
@@ -272,7 +274,18 @@ class TrlEnv(DataEnv):
 
     def _row(self, task: Task) -> tuple[str, dict[str, Any], str | None] | None:
         known = self._rows.get(task.id)
-        return known if known is not None and known[0] == task.prompt else None  # not a chat question of that id
+        if known is None or (known[0] != task.prompt and task.prompt not in self._asked.get(task.id, ())):
+            return None  # not a chat question of that id, unless it was asked in that row's episode
+        return known
+
+    def ask_in(self, task: Task, question: str) -> Task:
+        """The question with what reset answered for the task's row appended, as TRL appends it (who is signed in);
+        its episodes reset with that row's columns."""
+        known = self._row(task)
+        asked = super().ask_in(task, question + ((known[2] or "") if known else ""))
+        if known is not None:
+            self._asked.setdefault(task.id, set()).add(asked.prompt)
+        return asked
 
     def reset_columns(self, task: Task) -> dict[str, Any]:
         """What reset is called with for a task: its row's columns as TRL passes a dataset's (the conversational
