@@ -223,11 +223,13 @@ def test_reference_transcripts_run_in_one_episode():
     text = env.reference_transcript(task)
     assert render_tool_response({"cart": ["a", "b"]}) in text  # the second call saw the first one's item
     assert env.closed == env.opened == 1
-    tools = env.toolbox_for(task)  # the schemas and working tools of a fresh episode, released when dropped
-    assert tools.execute("add_to_cart", {"item": "z"}) == {"cart": ["z"]} and env.closed == 1
-    del tools
+    tools = env.toolbox_for(task)  # the schemas, read from an episode closed at once (once per task)
+    assert env.closed == env.opened == 2 and env.toolbox_for(task).schemas == tools.schemas and env.opened == 2
+    assert tools.execute("add_to_cart", {"item": "z"}) == {"cart": ["z"]}  # the first call starts an episode
+    assert tools.execute("add_to_cart", {"item": "y"}) == {"cart": ["z", "y"]} and env.opened == 3 and env.closed == 2
+    del tools  # released when dropped
     gc.collect()
-    assert env.closed == env.opened == 2
+    assert env.closed == env.opened == 3
 
 
 def test_built_in_environments_still_replay(finance, arithmetic):

@@ -20,7 +20,7 @@ from grpolab.protocol import (
     render_tool_response,
     thought_instruction,
 )
-from grpolab.tools import Tool, ToolBox
+from grpolab.tools import Tool, ToolBox, ToolResult
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[Split, ...] = ("train", "heldout")
@@ -165,13 +165,25 @@ class Environment:
 
     def toolbox_for(self, task: Task) -> ToolBox:
         """The tools offered with this task (the same for every task in most environments). A stateful environment
-        without a `toolbox` of its own offers the tools of a fresh episode (their schemas are what is read)."""
+        without a `toolbox` of its own offers its tools' schemas at once, and their first call starts the episode
+        the later calls run on (`EpisodeOnCall`): reading a prompt's tools starts no episode."""
         toolbox = getattr(self, "toolbox", None)
-        if toolbox is None and self.stateful:  # its tools work on a state of their own, released when dropped
-            episode = self.start_episode(task)
-            episode.toolbox.owner = episode
-            return episode.toolbox
+        if toolbox is None and self.stateful:
+            return EpisodeOnCall(self, task, self.offered_tools(task))
         return toolbox
+
+    def offered_tools(self, task: Task) -> list[Tool]:
+        """A stateful environment's tools for `task`, read once per task from an episode started and closed at once:
+        their schemas and argument checks (a call runs on an episode of its own: `EpisodeOnCall`)."""
+        offered = self.__dict__.setdefault("_offered_tools", {})
+        if task.id not in offered:
+            episode = self.start_episode(task)
+            offered[task.id] = list(episode.toolbox.tools.values())
+            try:
+                episode.close()
+            except Exception:  # named where an episode that ran is closed (`tools run`, scoring), not on a read
+                pass
+        return offered[task.id]
 
     def ask_in(self, task: Task, question: str) -> Task:
         """`question` from a person, asked in `task`'s episode (`grpolab chat --task`): the task's row, meta and
@@ -260,3 +272,26 @@ class Environment:
     def reference_transcript(self, task: Task) -> str:
         """The reference solution rendered under the protocol, with real tool responses."""
         return "".join(text for text, _ in self.reference_parts(task))
+
+
+class EpisodeOnCall(ToolBox):
+    """A stateful environment's tools for one task: their schemas at once, and the first call starts the episode
+    every later call runs on (it sees their effects); the episode is released with the toolbox."""
+
+    def __init__(self, env: Environment, task: Task, tools: list[Tool]):
+        super().__init__(tools)
+        self._env, self._task = env, task
+        self._episode: EpisodeState | None = None
+
+    def call(self, name: str | None, arguments: Any) -> ToolResult:
+        if self._episode is None:
+            self._episode = self._env.start_episode(self._task)
+            self.owner = self._episode
+        return self._episode.toolbox.call(name, arguments)
+
+    def __del__(self) -> None:
+        try:
+            if self._episode is not None:
+                self._episode.close()
+        except Exception:
+            pass

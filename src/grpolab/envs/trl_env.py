@@ -36,12 +36,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from grpolab.envs.base import EpisodeState, Evidence, Split, Task, Verdict
+from grpolab.envs.base import EpisodeOnCall, EpisodeState, Evidence, Split, Task, Verdict
 from grpolab.envs.data.env import DataEnv
 from grpolab.envs.data.rows import Row, TaskRow
 from grpolab.envs.data.verifiers import AnswerCheck, check_for
 from grpolab.errors import UserError
-from grpolab.tools import Tool, ToolBox, ToolResult, failure_text
+from grpolab.tools import Tool, ToolBox, failure_text
 
 if TYPE_CHECKING:  # the config stands above the environments
     from grpolab.config import DataEnvConfig
@@ -296,26 +296,4 @@ class TrlEnv(DataEnv):
     def toolbox_for(self, task: Task) -> ToolBox:
         """The tools offered with a task: their schemas at once, and a call runs on an episode of that task started
         at the first call (the later calls see its effects), released with the toolbox."""
-        return _EpisodeOnCall(self, task)
-
-
-class _EpisodeOnCall(ToolBox):
-    """A task's tools whose schemas need no instance; the first call starts the episode every call then runs on."""
-
-    def __init__(self, env: TrlEnv, task: Task):
-        super().__init__(list(env.toolbox.tools.values()))
-        self._env, self._task = env, task
-        self._episode: EpisodeState | None = None
-
-    def call(self, name: str | None, arguments: Any) -> ToolResult:
-        if self._episode is None:
-            self._episode = self._env.start_episode(self._task)
-            self.owner = self._episode
-        return self._episode.toolbox.call(name, arguments)
-
-    def __del__(self) -> None:
-        try:
-            if self._episode is not None:
-                self._episode.close()
-        except Exception:
-            pass
+        return EpisodeOnCall(self, task, list(self.toolbox.tools.values()))

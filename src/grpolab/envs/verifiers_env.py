@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from grpolab.envs.base import SPLITS, Environment, EpisodeState, Evidence, Split, Task, Verdict
+from grpolab.envs.base import SPLITS, Environment, EpisodeOnCall, EpisodeState, Evidence, Split, Task, Verdict
 from grpolab.envs.data.env import heldout_by_hash
 from grpolab.errors import UserError
 from grpolab.plugins import is_path
@@ -631,14 +631,11 @@ class VerifiersEnv(Environment):
         return tools
 
     def toolbox_for(self, task: Task) -> ToolBox:
-        """The task's tools: the shared ones, or in a stateful environment those of a fresh episode (released when
-        dropped), as `Environment.toolbox_for` gives a stateful environment without a toolbox; `self.toolbox` holds
-        their schemas (what the prompt shows)."""
+        """The task's tools: the shared ones, or in a stateful environment their schemas (`self.toolbox`, what the
+        prompt shows) with calls on an episode started at the first one (`EpisodeOnCall`)."""
         if not self.stateful:
             return self.toolbox
-        episode = self.start_episode(task)
-        episode.toolbox.owner = episode
-        return episode.toolbox
+        return EpisodeOnCall(self, task, list(self.toolbox.tools.values()))
 
     def start_episode(self, task: Task) -> EpisodeState:
         """A stateful environment's episode: the task's toolsets built afresh and set up for this row (`setup`, then
