@@ -280,6 +280,9 @@ def test_simulate_on_the_demo_config_forecasts_the_dropped_thought_from_the_ship
     assert code == 0 and out.startswith("simulation"), out
 
 
+SMALL = ("--env", "arithmetic", "--steps", "3", "--runs", "2", "--json")
+
+
 def test_simulate_pilot_reads_a_check_reports_no_thought_branch(cli, tmp_path):
     """A `check --save` report carries its episodes on the no-thought branch: the forecast from it has the class
     they sample, as reached, and says where it came from."""
@@ -295,11 +298,11 @@ def test_simulate_pilot_reads_a_check_reports_no_thought_branch(cli, tmp_path):
     skipped = {**free, "text": free["text"].split("\n", 1)[1], "components": {**comps, "format": 0.0}}
     report = tmp_path / "check.json"
     report.write_text(json.dumps({"pilot_episodes": [free] * 8, "branch_episodes": [skipped] * 4}))
-    code, out, _ = cli("simulate", "--pilot", str(report), "--env", "arithmetic", "--steps", "3", "--runs", "2", "--json")
+    code, out, _ = cli("simulate", "--pilot", str(report), *SMALL)
     assert code == 0, out
     result = json.loads(out)
     assert result["classes"]["dropped_thought"]["reached_by_edit"]
     assert any("4 episode(s) of dropped_thought sampled on the no-thought branch" in n for n in result["notes"])
     report.write_text(json.dumps({"pilot_episodes": [free] * 8}))
-    code, out, _ = cli("simulate", "--pilot", str(report), "--env", "arithmetic", "--steps", "3", "--runs", "2", "--json")
+    code, out, _ = cli("simulate", "--pilot", str(report), *SMALL)
     assert code == 0 and not any("no-thought branch" in n for n in json.loads(out)["notes"])
