@@ -107,6 +107,7 @@ def compare(
         "forecast_winner": max(forecast_end, key=forecast_end.get),
         "real_winner": real_winner,
         "winner_brier": sum((float(split.get(c, 0.0)) - (c == real_winner)) ** 2 for c in CLASSES),
+        "real_winner_split": float(split.get(real_winner, 0.0)),
         "share_error": sum(abs(forecast_end.get(c, 0.0) - end[c]) for c in CLASSES) / 2,
     }
 
@@ -341,6 +342,7 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
     shipped = fit(pilots, runs, keys)
     per: dict[str, dict[str, dict[str, Any]]] = {"forecast": {}, "simulator": {}, "naive": {}}
     reward_pairs: dict[str, list[tuple[float, float]]] = {"forecast": [], "simulator": []}
+    by_config: dict[str, list[tuple[float, float]]] = {}
     curves = {}
     for k in keys:
         run, f = runs[k], fits[runs[k]["config"]]
@@ -363,12 +365,14 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
         per["naive"][k] = compare(*naive(run, start), start, end)
         for s, real in step_rewards(run).items():
             reward_pairs["forecast"].append((real, iters[int(s) - 1][REWARD_MEAN]))
+            by_config.setdefault(run["config"], []).append((real, iters[int(s) - 1][REWARD_MEAN]))
         curves[k] = {
             "forecast": [{c: round(row[class_key(c)], 3) for c in CLASSES} for row in iters],
             "real": run["shares"],
         }
     ceiling: dict[str, dict[str, Any]] = {}
     ceiling_rewards: list[tuple[float, float]] = []
+    ceiling_by_config: dict[str, list[tuple[float, float]]] = {}
     for a in keys:
         for b in keys:
             if a != b and runs[a]["config"] == runs[b]["config"]:
@@ -376,12 +380,19 @@ def score_benchmark(runs: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Pi
                 ceiling[f"{a}->{b}"] = compare({c: ea[c] - start[c] for c in CLASSES}, ea, start, end_of(runs[b]))
                 ra, rb = step_rewards(runs[a]), step_rewards(runs[b])
                 ceiling_rewards += [(rb[s], ra[s]) for s in rb if s in ra]
+                ceiling_by_config.setdefault(runs[a]["config"], []).extend((rb[s], ra[s]) for s in rb if s in ra)
     scores = {name: summary(p) for name, p in per.items()}
     scores["forecast"]["reward_r2"] = r_squared(reward_pairs["forecast"])
+    # pooled over configs, R^2 also credits the forecast with telling configs' reward scales apart: within a
+    # config it is read against that config's own spread only
+    scores["forecast"]["reward_r2_by_config"] = {c: r_squared(p) for c, p in sorted(by_config.items())}
+    configs = sorted({runs[k]["config"] for k in keys})
     ceiling_summary = {
         **summary(ceiling),
         "reward_r2": r_squared(ceiling_rewards),
         "reward_r2_noise": noise_r2([runs[k] for k in keys]),
+        "reward_r2_by_config": {c: r_squared(ceiling_by_config.get(c, [])) for c in configs},
+        "reward_r2_noise_by_config": {c: noise_r2([runs[k] for k in keys if runs[k]["config"] == c]) for c in configs},
     }
     everything = make_pilot(runs, keys, rescore)
     everything.source = f"the first steps of {len(keys)} runs of SmolLM2 after the demo's SFT seeding"

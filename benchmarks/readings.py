@@ -358,6 +358,22 @@ def _forecast(f: dict[str, Any]) -> list[str]:
             f"{ceiling['winner_brier']:.2f}. Where the real seeds of one config end with different winners, no "
             "single winner is right on both; the split can be."
         )
+    by_config = s["forecast"].get("reward_r2_by_config") or {}
+    if by_config:
+        seeds, noise = ceiling.get("reward_r2_by_config") or {}, ceiling.get("reward_r2_noise_by_config") or {}
+        r2 = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+        shown = "; ".join(
+            f"{c} {r2(v)} (another seed {r2(seeds.get(c))}, sampling noise {r2(noise.get(c))})"
+            for c, v in by_config.items()
+        )
+        tail.append(
+            "The reward-curve R² above pools every run's steps, so it also credits the forecast with telling the "
+            "configs' reward scales apart. Read within each config, against that config's own spread only, the "
+            f"forecast's R² is lower, beside the same two ceilings read the same way: {shown}."
+        )
+    what_ifs = _what_ifs(f["per_run"]["forecast"])
+    if what_ifs:
+        tail.append(what_ifs)
     branch = load("forced_branch")
     if branch:
         free, banned = branch["arms"]["free"]["classes"], branch["arms"]["no_thought"]["classes"]
@@ -382,6 +398,35 @@ def _forecast(f: dict[str, Any]) -> list[str]:
         "",
         *[para(t) for t in tail],
     ]
+
+
+def _what_ifs(per_run: dict[str, dict[str, Any]]) -> str:
+    """Each config other than the demo's read as a what-if over its weights: the directions it got right on its real
+    runs, and the share of its seeded runs that ended on each real run's winner."""
+    configs: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for key, r in sorted(per_run.items()):
+        name, _, seed = key.rpartition("-")
+        if name != "demo":
+            configs.setdefault(name, []).append((seed, r))
+    parts = []
+    for name, runs in configs.items():
+        right = sum(sum(r["direction_right"].values()) for _, r in runs)
+        moved = sum(len(r["direction_right"]) for _, r in runs)
+        splits = ", ".join(
+            f"seed {seed}'s {r['real_winner']} {pct(r['real_winner_split'])}"
+            for seed, r in runs
+            if r.get("real_winner_split") is not None
+        )
+        parts.append(
+            f"{name}: {right} of {moved} moved classes in the direction forecast over {len(runs)} runs"
+            + (f"; its seeded runs ended on each real winner in {splits}" if splits else "")
+        )
+    if not parts:
+        return ""
+    return (
+        "Each config read as a what-if over the demo's weights (forecast from the other configs' pilots, before any "
+        "of its own steps): " + "; ".join(parts) + "."
+    )
 
 
 def _example_runs(e: dict[str, Any]) -> list[str]:
