@@ -123,9 +123,9 @@ def chat(
         if model is not None:
             raise UserError("pass --run or --model, not both", "--run runs/NAME chats with that run's agent")
         run_plugins(run)  # chatting runs the run: its recorded plugins are imported, and named
-        session = ChatSession.from_run(run, task, **opts)
+        session = ChatSession.from_run(run, task_id=task, **opts)
     else:
-        session = ChatSession.from_config(_model_config(config, env, model, seed), task, **opts)
+        session = ChatSession.from_config(_model_config(config, env, model, seed), task_id=task, **opts)
     for q in _questions(question):
         if json:
             print_json_line({"kind": "question", "text": q})
