@@ -83,23 +83,23 @@ def check_report(path: Path) -> dict[str, Any]:
     return report
 
 
-def branch_rows(path: Path) -> list[dict[str, Any]]:
-    """A `check --save` report's episodes on the no-thought branch (`grpolab.engine.branches`); [] for a run dir or
-    a report without them."""
-    if path.is_dir() or not path.exists():
-        return []
-    rows = check_report(path).get("branch_episodes")
-    return [r for r in rows if isinstance(r, dict) and _classifiable(r)] if isinstance(rows, list) else []
-
-
 def calibration_rows(path: Path) -> list[dict[str, Any]]:
     """Scored episode rows from a run dir (the first GRPO step's episodes: samples of the policy GRPO starts from;
     else the greedy eval/0.jsonl) or a `check --save` JSON file (its smoke test's episodes)."""
+    return pilot_rows(path)[0]
+
+
+def pilot_rows(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(`calibration_rows`, the episodes on the no-thought branch that a `check --save` report keeps: [] for a run dir
+    or a report without them, `grpolab.engine.branches`), the report read once."""
+    branch: list[dict[str, Any]] = []
     if path.is_dir():
         run = RunDir(path)
         rows = [r for r in run.episodes() if r.get("step") == 1] or run.eval_rows("0")
     elif path.exists():
         report = check_report(path)
+        kept = report.get("branch_episodes")
+        branch = [r for r in kept if isinstance(r, dict) and _classifiable(r)] if isinstance(kept, list) else []
         try:
             rows = report.get("pilot_episodes") or report["dry_run"]["base_episodes"]
         except (KeyError, TypeError):
@@ -115,7 +115,7 @@ def calibration_rows(path: Path) -> list[dict[str, Any]]:
         err_console.print(f"skipped {len(rows) - len(usable)} malformed episode row(s) of {path}", markup=False)
     if not usable:
         raise UserError(f"{path} has no scored episodes to calibrate from", "run an eval or a training step first")
-    return usable
+    return usable, branch
 
 
 def _classifiable(row: dict[str, Any]) -> bool:
@@ -163,12 +163,12 @@ def _forecast(
     base = (run_plugins(source) or RunDir(source).read_config()) if source.is_dir() and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
     environment = env_for(cfg)
-    rows = calibration_rows(source)
+    rows, branch = pilot_rows(source)
     sampled = pilot_from_rows(rows, str(source), environment.thought_required)
     count_tokens = model_token_counter(cfg.model)
     rescore, reference = env_rescorer(environment, cfg, count_tokens), env_references(environment, count_tokens)
     reached = reach_shortcuts(sampled, rows, rescore, environment.thought_tag, environment.thought_required, reference)
-    reached = with_branch(reached, branch_rows(source), environment.thought_required)
+    reached = with_branch(reached, branch, environment.thought_required)
     result = forecast(reached, cfg, steps, runs)
     if json:
         print_json(result)
@@ -256,7 +256,10 @@ def simulate(
     shipped = demo_pilot(cfg) if source is None else None
     if shipped is not None:  # the demo's own samples, as the lab forecasts it: re-scored under these weights
         result = forecast(shipped, cfg, steps, runs)
-        print_json(result) if json else print_forecast(result)
+        if json:
+            print_json(result)
+        else:
+            print_forecast(result)
         return
     from grpolab.models import model_token_counter
 

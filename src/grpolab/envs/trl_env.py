@@ -118,9 +118,9 @@ class TrlEnv(DataEnv):
         self._lock = threading.Lock()
         self._pool: list[Any] = []
         self._rows: dict[str, tuple[str, dict[str, Any], str | None]] = {}
+        """Task id -> (its prompt with reset's text, the columns reset is called with, what reset returned)."""
         self._asked: dict[str, set[str]] = {}
         """Task id -> the prompts of questions asked in its episode (`ask_in`): reset with that row's columns."""
-        """Task id -> (its prompt with reset's text, the columns reset is called with, what reset returned)."""
         self._probe = probe if probe is not None else self._new()
         self._cls = type(self._probe)
         if not has_function(self._cls, "reset"):

@@ -246,16 +246,17 @@ def check(
     """The `grpolab check` report: the dry run, the probes, the learnability smoke test and, with `forecast`, what
     GRPO will do from the smoke test's episodes."""
     count_tokens = token_counter(tokenizer)
+    group_size = group_size or cfg.rollout.group_size
     start = time.perf_counter()
-    learn, episodes = learnability(model, tokenizer, env, cfg, prompts, group_size or cfg.rollout.group_size)
+    learn, episodes = learnability(model, tokenizer, env, cfg, prompts, group_size)
     sampled = time.perf_counter() - start
     probes = probe_report(env, cfg, count_tokens)
     rows = [episode_row(e) for e in episodes]
     branch: list[dict[str, Any]] = []
     if forecast is not None and env.thought_required:  # a shortcut nobody sampled yet: the policy on that branch
         start = time.perf_counter()
-        n = group_size or cfg.rollout.group_size
-        branch = [episode_row(e) for e in sample_scored(model, tokenizer, env, cfg, prompts, n, no_thought=True)]
+        sampled_branch = sample_scored(model, tokenizer, env, cfg, prompts, group_size, no_thought=True)
+        branch = [episode_row(e) for e in sampled_branch]
         branch_seconds = time.perf_counter() - start
     return {
         "env": env.name,
