@@ -371,7 +371,7 @@ def _forecast(f: dict[str, Any]) -> list[str]:
             "configs' reward scales apart. Read within each config, against that config's own spread only, the "
             f"forecast's R² is lower, beside the same two ceilings read the same way: {shown}."
         )
-    what_ifs = _what_ifs(f["per_run"]["forecast"])
+    what_ifs = _what_ifs(f["per_run"]["forecast"], f.get("ceiling_pairs") or {})
     if what_ifs:
         tail.append(what_ifs)
     branch = load("forced_branch")
@@ -400,9 +400,10 @@ def _forecast(f: dict[str, Any]) -> list[str]:
     ]
 
 
-def _what_ifs(per_run: dict[str, dict[str, Any]]) -> str:
+def _what_ifs(per_run: dict[str, dict[str, Any]], ceiling_pairs: dict[str, dict[str, Any]]) -> str:
     """Each config other than the demo's read as a what-if over its weights: the directions it got right on its real
-    runs, and the share of its seeded runs that ended on each real run's winner."""
+    runs beside that config's own seed-to-seed ceiling (one seed's run as the forecast of another's), and the share
+    of its seeded runs that ended on each real run's winner."""
     configs: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for key, r in sorted(per_run.items()):
         name, _, seed = key.rpartition("-")
@@ -410,15 +411,24 @@ def _what_ifs(per_run: dict[str, dict[str, Any]]) -> str:
             configs.setdefault(name, []).append((seed, r))
     parts = []
     for name, runs in configs.items():
-        right = sum(sum(r["direction_right"].values()) for _, r in runs)
-        moved = sum(len(r["direction_right"]) for _, r in runs)
+        right, moved = _directions([r for _, r in runs])
+        pairs = [p for key, p in ceiling_pairs.items() if key.partition("->")[0].rpartition("-")[0] == name]
+        seed_right, seed_moved = _directions(pairs)
+        ceiling = (
+            f" (another seed's run as the forecast: {seed_right} of {seed_moved} over {len(pairs)} pairs, winner "
+            f"{sum(p['forecast_winner'] == p['real_winner'] for p in pairs)} of {len(pairs)})"
+            if pairs
+            else ""
+        )
+        winners = sum(r["forecast_winner"] == r["real_winner"] for _, r in runs)
         splits = ", ".join(
             f"seed {seed}'s {r['real_winner']} {pct(r['real_winner_split'])}"
             for seed, r in runs
             if r.get("real_winner_split") is not None
         )
         parts.append(
-            f"{name}: {right} of {moved} moved classes in the direction forecast over {len(runs)} runs"
+            f"{name}: {right} of {moved} moved classes in the direction forecast over {len(runs)} runs, winner "
+            f"{winners} of {len(runs)}{ceiling}"
             + (f"; its seeded runs ended on each real winner in {splits}" if splits else "")
         )
     if not parts:
@@ -427,6 +437,11 @@ def _what_ifs(per_run: dict[str, dict[str, Any]]) -> str:
         "Each config read as a what-if over the demo's weights (forecast from the other configs' pilots, before any "
         "of its own steps): " + "; ".join(parts) + "."
     )
+
+
+def _directions(runs: list[dict[str, Any]]) -> tuple[int, int]:
+    """Moved classes whose direction was forecast right, and moved classes, over scored runs or seed pairs."""
+    return sum(sum(r["direction_right"].values()) for r in runs), sum(len(r["direction_right"]) for r in runs)
 
 
 def _example_runs(e: dict[str, Any]) -> list[str]:
