@@ -18,6 +18,7 @@ from grpolab.simulator.forecast import (
     reach_shortcuts,
     without_thought,
 )
+from grpolab.vocabulary import TOOL_CALL_PROB, class_key
 
 
 def episode(cls: str, f: float, s: float, c: float, length: float, group: str = "0") -> PilotEpisode:
@@ -267,10 +268,13 @@ def test_simulate_on_the_demo_config_forecasts_the_dropped_thought_from_the_ship
     from grpolab.config import DEMO_CONFIG
     from grpolab.simulator.forecast import demo_pilot
 
-    code, out, _ = cli("simulate", "--config", str(DEMO_CONFIG), "--steps", "20", "--runs", "4", "--json")
+    code, out, _ = cli("simulate", "--config", str(DEMO_CONFIG), "--runs", "4", "--json")  # as many steps as a run
     assert code == 0, out
     result = json.loads(out)
     assert result["forecast"] and "dropped_thought" in result["growing"]
+    assert result["settings"]["steps"] == load_config(DEMO_CONFIG).train.steps == 20
+    last = result["iterations"][-1]  # a dropped thought opens with a tool call: the episodes still call (real: 100%)
+    assert last[class_key("dropped_thought")] > 0.5 and last[TOOL_CALL_PROB] > 0.9
     assert result["pilot"]["episodes"] >= 100 and result["accuracy"]
     demo = load_config(DEMO_CONFIG)
     assert demo_pilot(demo) is not None

@@ -41,8 +41,17 @@ CLASSES = [
     "code_block_only",
 ]
 """Episode classes, one per episode (`classify_episode`)."""
-CALL_CLASSES = {"wrong_result_call", "grounded_correct", "call_no_answer", "verbose_correct"}
-"""Classes whose episodes make at least one valid tool call (the simulator's tool-call probability)."""
+CALL_CLASSES = {
+    "wrong_result_call",
+    "grounded_correct",
+    "call_no_answer",
+    "verbose_correct",
+    "empty_thought",
+    "dropped_thought",
+}
+"""Classes whose episodes make at least one valid tool call (the simulator's tool-call probability): `classify_episode`
+gives the two thought classes only to an episode with a valid call. hedged_answer and code_block_only may or may not
+call, so they count as not calling."""
 HACK_CLASSES = {"dummy_tags", "call_no_answer", "empty_thought", "dropped_thought", "hedged_answer", "code_block_only"}
 """Classes that can score without doing the task honestly: structure around nothing, calls without an answer, a
 reasoning step emptied or dropped, several candidate answers, a code block whose tests fail."""

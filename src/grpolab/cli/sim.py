@@ -25,7 +25,7 @@ from grpolab.cli.options import (
     resolve_config,
     run_plugins,
 )
-from grpolab.config import field_doc
+from grpolab.config import LabConfig, field_doc
 from grpolab.envs import env_for
 from grpolab.errors import UserError
 from grpolab.files.limits import MAX_DATA_BYTES
@@ -153,7 +153,7 @@ def _forecast(
     weights: str | None,
     plugin: list[str] | None,
     beta: float | None,
-    steps: int,
+    steps: int | None,
     runs: int,
     json: bool,
 ) -> None:
@@ -162,6 +162,7 @@ def _forecast(
 
     base = (run_plugins(source) or RunDir(source).read_config()) if source.is_dir() and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
+    steps = steps_of(steps, cfg)
     environment = env_for(cfg)
     rows, branch = pilot_rows(source)
     sampled = pilot_from_rows(rows, str(source), environment.thought_required)
@@ -218,12 +219,21 @@ def print_forecast(result: dict[str, Any]) -> None:
     console.print(result["accuracy_line"], markup=False)
 
 
+def steps_of(steps: int | None, cfg: LabConfig) -> int:
+    """The iterations to forecast: the flag's, else the config's GRPO steps (what a run of it would take), as the lab
+    starts its slider."""
+    return steps if steps is not None else min(cfg.train.steps, MAX_SIM_STEPS)
+
+
 def simulate(
     config: ConfigOpt = None,
     env: EnvOpt = None,
     seed: SeedOpt = None,
     weights: WeightsOpt = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_SIM_STEPS, help="GRPO iterations to simulate.")] = 100,
+    steps: Annotated[
+        int | None,
+        typer.Option("--steps", min=1, max=MAX_SIM_STEPS, help="GRPO iterations to simulate (default: train.steps)."),
+    ] = None,
     runs: Annotated[
         int, typer.Option("--runs", min=1, max=MAX_SIM_RUNS, help="Seeded runs averaged (band = 10-90%).")
     ] = DEFAULT_RUNS,
@@ -252,6 +262,7 @@ def simulate(
     # and simulating it runs its env: its recorded plugins are imported, and named
     base = (run_plugins(real) or RunDir(real).read_config()) if real is not None and config is None else None
     cfg = resolve_config(config, env, seed=seed, weights=weights, base=base, plugins=plugin, grpo__beta=beta)
+    steps = steps_of(steps, cfg)
     source = calibrate or real
     shipped = demo_pilot(cfg) if source is None else None
     if shipped is not None:  # the demo's own samples, as the lab forecasts it: re-scored under these weights
