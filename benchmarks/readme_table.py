@@ -378,6 +378,16 @@ def rows() -> list[str]:
             f"finance reference transcripts, {sc['components']} components, calls replayed)"
         )
         out.append(f"| scoring's time limit | {fig} | `{sc['command']}` | {sc['date']} |")
+    tc = load("tool_call_cost")
+    if tc:
+        ms = tc["ms_per_call"]
+        fig = (
+            "a user's tool, each call in a forked child, in a process that loaded torch: "
+            f"{ms['reaped_on_a_thread']:.1f} ms a call (the caller waiting for the child's exit, as before: "
+            f"{ms['waiting_for_exit']:.1f} ms); the same child call without torch loaded "
+            f"{tc['ms_per_call_without_torch']:.1f} ms; on a thread (grpolab's own tools) {ms['thread']:.2f} ms"
+        )
+        out.append(f"| a tool call's isolation | {fig} | `{tc['command']}` | {tc['date']} |")
     dp = load("demo_phases")
     if dp:
         out.append(f"| `make demo`, where its wall time goes | {_demo_phases(dp)} | `{dp['command']}` | {dp['date']} |")

@@ -210,6 +210,27 @@ def test_child_process_answers_like_in_process():
     assert Tool(broken).run({"x": 1}) == {"error": "RuntimeError: boom"}
 
 
+def own_pid(x: int) -> dict:
+    """The process the call ran in.
+
+    Args:
+        x: Anything.
+    """
+    return {"pid": os.getpid()}
+
+
+def test_a_calls_child_is_reaped_after_it_answers_and_leaves_no_zombie():
+    """The caller does not wait for a killed child's exit (a reaper thread does): the answer comes first, and the
+    child is gone soon after, not left a zombie."""
+    tool = Tool(own_pid)
+    pids = [tool.run({"x": i})["pid"] for i in range(5)]
+    assert os.getpid() not in pids and len(set(pids)) == 5
+    deadline = time.monotonic() + 5  # as the sandbox's no-leftover checks allow a killed process to exit
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)  # a zombie still has its /proc entry
+
+
 @pytest.mark.parametrize("fn,isolated", [(calculator, False), (slow, True)])
 def test_builtin_tools_stay_in_process_user_tools_do_not(fn, isolated):
     assert Tool(fn).isolate is isolated
