@@ -193,6 +193,29 @@ def test_an_in_process_call_that_times_out_stops_burning_cpu():
     assert Tool(spins, isolate=False).run({"seconds": 0.0}) == {}
 
 
+def test_bounded_calls_reuse_a_pool_thread_and_a_timed_out_one_is_never_reused():
+    """Each bounded call used to start a thread of its own; a pool thread now runs them one after another, and the
+    thread an exception was raised into (its call timed out) ends with that call instead of taking another."""
+    from grpolab.timelimit import run_bounded
+
+    idents = [run_bounded(threading.get_ident, 5, "ident", "ident").value for _ in range(50)]
+    assert threading.get_ident() not in idents and len(set(idents)) <= 2  # not 50 threads
+    before = threading.active_count()
+    assert all(run_bounded(lambda: None, 5, "none", "none") for _ in range(200))
+    assert threading.active_count() <= before + 1
+
+    stuck: list[int] = []
+
+    def spins() -> None:
+        stuck.append(threading.get_ident())
+        while True:
+            pass
+
+    assert run_bounded(spins, 0.1, "spins", "spins") is None
+    later = {run_bounded(threading.get_ident, 5, "ident", "ident").value for _ in range(20)}
+    assert stuck and stuck[0] not in later
+
+
 def test_a_call_raising_base_exception_is_a_response_not_a_crash():
     def exits(code: int) -> dict:
         """Exits.

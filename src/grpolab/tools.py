@@ -131,7 +131,7 @@ def failure_text(exc: BaseException) -> str:
 
 
 def _run_in_thread(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: float, name: str) -> dict | None:
-    """Call `fn` on a thread of its own (`timelimit.run_bounded`); None when it timed out (then it is stopped at
+    """Call `fn` on a pool thread (`timelimit.run_bounded`); None when it timed out (then it is stopped at
     its next Python instruction). While `timelimit.MAX_STUCK_CALLS` earlier calls of this tool that timed out
     still run (each one blocked in C is a thread that cannot be stopped), it is refused without a thread."""
     try:
