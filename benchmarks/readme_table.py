@@ -377,6 +377,8 @@ def rows() -> list[str]:
             f"{sc['ms_per_transcript_direct']:.2f} ms called directly ({sc['ratio']:.2f}x; {sc['transcripts']} "
             f"finance reference transcripts, {sc['components']} components, calls replayed)"
         )
+        if sc.get("probe_seconds") is not None:
+            fig += f"; the probes on all {sc['probe_tasks']} finance tasks {sc['probe_seconds']:.1f} s"
         out.append(f"| scoring's time limit | {fig} | `{sc['command']}` | {sc['date']} |")
     tc = load("tool_call_cost")
     if tc:

@@ -4,7 +4,8 @@
 
 Scores the finance reference transcripts (their calls replayed, 4 components each) with the time limit as shipped,
 and with it replaced by a direct call, in alternating rounds; reports the median milliseconds per transcript of
-each and their ratio (measured in one run: absolute times on a shared machine are noisy, the ratio less so).
+each and their ratio (measured in one run: absolute times on a shared machine are noisy, the ratio less so). Then
+the probes (`grpolab.preflight.probes.run_probes`, as `check` runs them) on every finance task, the median of 3 runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from common import write_results
 
 import grpolab.rewards.score as score_module
 from grpolab.envs import get_env
+from grpolab.preflight.probes import run_probes
 from grpolab.rewards.score import score_transcripts
+
+WEIGHTS = {"format": 1.0, "schema": 1.5, "completion": 3.0, "length": -0.05}
 
 
 def direct(fn, timeout_s, what):  # noqa: ANN001, ANN201 (the time limit's signature, without the thread)
@@ -42,12 +46,20 @@ def main() -> None:
             per[arm].append((time.perf_counter() - t) * 1000 / len(items))
     score_module.call_with_time_limit = limited
     ms = {arm: round(statistics.median(v), 3) for arm, v in per.items()}
+    tasks = env.tasks("train") + env.tasks("heldout")
+    probe_seconds = []
+    for _ in range(3):
+        t = time.perf_counter()
+        run_probes(env, tasks, WEIGHTS, 100, lambda text: len(text) // 4)
+        probe_seconds.append(time.perf_counter() - t)
     result = {
         "transcripts": len(items),
         "components": 4,
         "ms_per_transcript_time_limit": ms["time_limit"],
         "ms_per_transcript_direct": ms["direct"],
         "ratio": round(ms["time_limit"] / ms["direct"], 3),
+        "probe_tasks": len(tasks),
+        "probe_seconds": round(statistics.median(probe_seconds), 2),
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/score_cost.py",
     }
