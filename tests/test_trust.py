@@ -43,6 +43,25 @@ def test_default_weights_are_not_gameable(request, env_name):
     assert all(r.margin > 0 for r in results)
 
 
+def test_the_probes_run_each_tasks_reference_once_and_edit_that_run(finance, monkeypatch):
+    """Every probe rebuilt its task's reference, running the reference's tool calls again each time (a forked child
+    per call of a user's tool); inside run_probes a task's reference runs once, and the env is left as it was."""
+    built: list[str] = []
+    run = type(finance).reference_parts
+
+    def counted(self, task):  # noqa: ANN001, ANN202
+        built.append(task.id)
+        return run(self, task)
+
+    monkeypatch.setattr(type(finance), "reference_parts", counted)
+    tasks = finance.tasks("train")[:3]
+    assert run_probes(finance, tasks, DEFAULT, 100, count)
+    assert sorted(built) == sorted(t.id for t in tasks)
+    assert "reference_parts" not in vars(finance)
+    finance.reference_transcript(tasks[0])
+    assert len(built) == 4  # outside, each call runs it again
+
+
 def test_format_only_weights_are_gameable_by_dummy_tags(finance):
     results = run_probes(finance, finance.tasks("train")[:3], FORMAT_ONLY, 100, count)
     lines = gameable_lines(results)

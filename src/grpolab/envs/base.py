@@ -6,7 +6,9 @@ entry point; see `grpolab.envs.get_env`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -272,6 +274,34 @@ class Environment:
     def reference_transcript(self, task: Task) -> str:
         """The reference solution rendered under the protocol, with real tool responses."""
         return "".join(text for text, _ in self.reference_parts(task))
+
+
+@contextmanager
+def references_once(env: Environment) -> Iterator[None]:
+    """Within it, each task's reference solution runs its tools once: `env.reference_parts` (and so
+    `reference_transcript`) answers again from the first run. The probes and shortcuts each rebuild a task's
+    reference, and every rebuild ran the reference's calls again (a forked child per call of a user's tool, a new
+    episode of a stateful env); built once, every probe of a task also edits the same honest transcript it is scored
+    beside, where a tool that answers differently each time made them differ. Nested uses share the outer one."""
+    if "reference_parts" in vars(env):
+        yield
+        return
+    run = env.reference_parts
+    built: dict[str, list[tuple[str, bool]]] = {}
+
+    def parts(task: Task) -> list[tuple[str, bool]]:
+        key = json.dumps(
+            [task.id, task.reference_thought, task.reference_calls, task.reference_answer], sort_keys=True, default=str
+        )
+        if key not in built:
+            built[key] = run(task)
+        return list(built[key])
+
+    env.reference_parts = parts  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del env.reference_parts
 
 
 class EpisodeOnCall(ToolBox):

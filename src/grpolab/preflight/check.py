@@ -22,7 +22,7 @@ import torch
 from grpolab.config import LabConfig
 from grpolab.engine.branches import no_thought_chooser
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
-from grpolab.envs.base import Environment
+from grpolab.envs.base import Environment, references_once
 from grpolab.metrics import episode_row, mean, reward_means, tool_call_prob
 from grpolab.models import token_counter
 from grpolab.preflight.probes import gameable_lines, run_probes, worst_by_probe
@@ -49,6 +49,11 @@ def dry_run_references(env: Environment, cfg: LabConfig, count_tokens, limit: in
 
 
 def probe_report(env: Environment, cfg: LabConfig, count_tokens, n_tasks: int = 6) -> dict[str, Any]:
+    with references_once(env):  # the probes and the shortcuts edit the same tasks' references
+        return _probe_report(env, cfg, count_tokens, n_tasks)
+
+
+def _probe_report(env: Environment, cfg: LabConfig, count_tokens, n_tasks: int) -> dict[str, Any]:
     tasks = _spread(env.tasks("train"), n_tasks)
     results = run_probes(
         env, tasks, cfg.reward.weights, cfg.reward.length_unit, count_tokens, cfg.reward.thought_min_words

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from grpolab.envs.base import Environment, Task
+from grpolab.envs.base import Environment, Task, references_once
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response, response_json
 from grpolab.rewards.components import THOUGHT_MIN_WORDS
 from grpolab.rewards.score import Score, score_transcript
@@ -221,13 +221,14 @@ def score_beside_honest(
         )
 
     out = []
-    for task in tasks:
-        reference = env.reference_transcript(task)
-        honest = score(task, reference)
-        for name, build in builders.items():
-            text = build(env, task)
-            if text is not None and text != reference:
-                out.append((name, task, score(task, text), honest, text))
+    with references_once(env):  # every builder edits the one honest run of a task's tools
+        for task in tasks:
+            reference = env.reference_transcript(task)
+            honest = score(task, reference)
+            for name, build in builders.items():
+                text = build(env, task)
+                if text is not None and text != reference:
+                    out.append((name, task, score(task, text), honest, text))
     return out
 
 
