@@ -27,6 +27,8 @@ from grpolab.rewards.replay import call_result
 from grpolab.run.loop import train
 from tests.test_formats import HERMES, LLAMA3
 
+pytestmark = pytest.mark.xdist_group("test_agent")  # its module fixtures train a run: once, in one worker
+
 TINY_RUN = {
     "model": "tiny",
     "env": "arithmetic",

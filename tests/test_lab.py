@@ -28,6 +28,12 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
+RUNS_ROOT = pytest.mark.xdist_group("lab_runs_root")
+"""On the tests that use `runs_root` (and `lab_url`): a module fixture runs once in each xdist worker that runs one
+of its tests, and this one trains a run and starts a lab; one worker takes them all."""
+CHANGED_LAB = pytest.mark.xdist_group("lab_changed")
+
+
 @pytest.fixture(scope="module")
 def runs_root(tmp_path_factory, grpolab_process, small_config):
     root = tmp_path_factory.mktemp("labruns")
@@ -52,6 +58,7 @@ def runs_root(tmp_path_factory, grpolab_process, small_config):
     return root
 
 
+@RUNS_ROOT
 def test_views_turn_malformed_run_dirs_into_messages(runs_root, tmp_path):
     broken = views.load_run(runs_root / "broken")
     assert not broken.ok and "not valid JSON" in views.run_summary(broken)
@@ -224,6 +231,7 @@ def _status_or_none(url: str) -> int | None:
         return None
 
 
+@RUNS_ROOT
 def test_the_lab_serves_no_file_outside_its_private_folder(lab_url, runs_root, tmp_path):
     private = tmp_path / "private.txt"  # another user's file under the temp dir
     private.write_text("secret")
@@ -234,6 +242,7 @@ def test_the_lab_serves_no_file_outside_its_private_folder(lab_url, runs_root, t
         assert _status(f"{lab_url}file={path}") in (403, 404), path
 
 
+@RUNS_ROOT
 def test_the_lab_answers_only_its_own_host_and_origin(lab_url):
     port = lab_url.rsplit(":", 1)[1].strip("/")
     assert _status(lab_url) == 200
@@ -423,6 +432,7 @@ def test_an_envs_own_component_has_a_weight_only_while_that_env_is_picked(monkey
     assert handlers.weights_shown("finance", names)[names.index("reward.weights.polite")]["visible"] is True
 
 
+@RUNS_ROOT
 def test_run_names_and_paths_are_confined_to_the_runs_folder(runs_root, tmp_path):
     from grpolab.lab import handlers
 
@@ -508,6 +518,7 @@ def test_one_job_per_run_dir_and_a_cap_on_running_jobs(tmp_path):
     assert not jobs.running(tmp_path, "a") and jobs.active(tmp_path) == []
 
 
+@RUNS_ROOT
 def test_the_page_in_chromium(lab_url, runs_root, tmp_path):
     playwright = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
@@ -609,6 +620,7 @@ def test_the_page_load_draws_the_run_the_picker_opens_on(tmp_path, run_with):
     assert "What GRPO changed" in outputs["run-changes"]
 
 
+@CHANGED_LAB
 def test_the_page_opens_showing_the_run_in_the_picker(changed_lab_url):
     """The picker opens on the only run, and its view is drawn without picking anything."""
     playwright = pytest.importorskip("playwright.sync_api")
@@ -624,6 +636,7 @@ def test_the_page_opens_showing_the_run_in_the_picker(changed_lab_url):
     assert errors == [], errors
 
 
+@CHANGED_LAB
 def test_what_grpo_changed_transcripts_wrap_within_the_panel(changed_lab_url):
     """Before/after transcripts (a 400-character unbroken line, tool JSON) wrap inside their half of the panel:
     nothing is wider than its box, and the pair is no wider than the section."""
@@ -693,6 +706,7 @@ def test_the_lab_over_a_user_config_has_a_slider_for_its_component_in_chromium(t
         serving.close()
 
 
+@RUNS_ROOT
 def test_the_try_it_box_answers_through_the_runs_agent(runs_root):
     from grpolab.lab.handlers import try_view
 

@@ -8,6 +8,8 @@ import pytest
 
 from grpolab.rundir import RunDir
 
+pytestmark = pytest.mark.xdist_group("test_report")  # its module fixtures train a run: once, in one worker
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 

@@ -13,6 +13,8 @@ from grpolab.errors import UserError
 from grpolab.rundir import RunDir
 from tests.test_reliability import SMALL, one_line
 
+pytestmark = pytest.mark.xdist_group("test_run_history")  # its module fixtures train a run: once, in one worker
+
 TRAINED = {**SMALL, "train.steps": 2, "train.checkpoint_every": 1, "train.sft_steps": 1, "train.sft_batch_size": 1}
 
 

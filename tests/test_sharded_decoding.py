@@ -27,6 +27,8 @@ from grpolab.engine.decoder import FastDecoder
 from grpolab.engine.gather import full_parameters, sharded_parameter
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.xdist_group("sharded_decoding")  # `ranks` (two spawned processes) once, not per worker
+
 LAYOUTS = ["fsdp2-layers", "fsdp2-accelerate", "fsdp1"]
 """How the policy is sharded: FSDP2 units for each decoder layer and the root; FSDP2 as accelerate 1.16 cuts it (also
 the tied embedding, final norm and LM head as one unit, left whole after forward); FSDP1 wrapping each decoder

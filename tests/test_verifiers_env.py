@@ -17,6 +17,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+pytestmark = pytest.mark.xdist_group("test_verifiers_env")  # verifiers, its envs and the tiny policy: loaded once
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verifiers_env"
 UNITS = str(EXAMPLES / "vf_units.py")
 GUESS = str(EXAMPLES / "vf_guess.py")
