@@ -216,6 +216,34 @@ def test_bounded_calls_reuse_a_pool_thread_and_a_timed_out_one_is_never_reused()
     assert stuck and stuck[0] not in later
 
 
+def test_a_call_stopped_before_it_began_never_runs_and_kills_no_pool_thread(monkeypatch):
+    """A limit that passes before the pool thread takes the call (0 s here, or a GIL held elsewhere) used to raise
+    into the thread outside its call: the thread died with a traceback. Now such a call is cancelled, never runs,
+    and is not counted as stuck."""
+    from grpolab.timelimit import run_bounded
+
+    deaths: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: deaths.append(args.exc_type.__name__))
+    ran: list[int] = []
+    results = [run_bounded(lambda: ran.append(1), 0, "zero", "zero") for _ in range(100)]
+    time.sleep(0.3)
+    assert deaths == [] and results.count(None) + len(ran) >= 100  # each one either finished or never ran
+    assert run_bounded(lambda: 7, 5, "zero", "zero").value == 7  # not refused as still running
+
+
+def test_a_calls_context_does_not_reach_the_next_call_on_the_same_pool_thread():
+    """Each call runs in a context of its own, as a new thread's: a decimal precision one reward sets stays there."""
+    import decimal
+
+    from grpolab.timelimit import run_bounded
+
+    def narrow() -> None:
+        decimal.getcontext().prec = 3
+
+    run_bounded(narrow, 5, "narrow", "narrow")
+    assert str(run_bounded(lambda: decimal.Decimal(2).sqrt(), 5, "sqrt", "sqrt").value).startswith("1.41421356")
+
+
 def test_a_call_raising_base_exception_is_a_response_not_a_crash():
     def exits(code: int) -> dict:
         """Exits.

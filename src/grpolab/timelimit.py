@@ -9,6 +9,7 @@ that may block run in a child process (`grpolab.tools`).
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import os
 import queue
@@ -66,16 +67,22 @@ class ThreadCall:
         self.value: Any = None
         self.error: BaseException | None = None
         self.lock = threading.Lock()
-        self.done = self.stopped = False
+        self.started = self.done = self.stopped = self.cancelled = False
         self.finished = threading.Event()
         self.thread: threading.Thread | None = None
         """The pool thread that runs it, once it is handed to one."""
 
     def run_here(self) -> None:
-        """Run the call on this thread (the pool thread's side)."""
+        """Run the call on this thread (the pool thread's side), in a context of its own, as a new thread's (a
+        `decimal` precision or another contextvar one call sets does not reach the next; `threading.local` values
+        and torch's grad mode, which live on the thread, do). A call stopped before it started never runs."""
         try:
+            with self.lock:
+                if self.cancelled:
+                    return
+                self.started = True  # from here on `stop` raises into this thread, inside this `try`
             try:
-                self.value = self.fn()
+                self.value = contextvars.Context().run(self.fn)
             except TimeLimitExceeded:
                 pass
             except BaseException as exc:  # the call's own failure (SystemExit too) goes back to the caller
@@ -90,8 +97,12 @@ class ThreadCall:
 
     def stop(self) -> None:
         with self.lock:
-            if not self.done and self.thread is not None and self.thread.ident is not None:
-                self.stopped = _raise_in_thread(self.thread.ident, TimeLimitExceeded) == 1
+            if self.done:
+                return
+            if not self.started or self.thread is None or self.thread.ident is None:
+                self.cancelled = True  # handed over but not begun (the pool thread not yet in `run_here`'s try)
+                return
+            self.stopped = _raise_in_thread(self.thread.ident, TimeLimitExceeded) != 0
 
     def running(self) -> bool:
         """Whether a thread is still in the call (a timed-out call blocked in C, until it returns)."""
@@ -127,9 +138,10 @@ class _Worker:
             me.name = call.name
             call.run_here()
             me.name = "grpolab-idle"
-            kept = not call.stopped and _POOL.give_back(self)
-            call.finished.set()
-            if not kept:
+            with call.lock:  # after `stop` is through: an exception it raised here was taken inside `run_here`
+                raised = call.stopped
+            call.finished.set()  # before this thread can be handed another call
+            if raised or not _POOL.give_back(self):
                 return
 
 
@@ -173,6 +185,16 @@ tools are new functions each episode, but the same code, and a hang in one hangs
 _stuck_lock = threading.Lock()
 
 
+def _forget_stuck() -> None:
+    """In a forked child: none of the parent's threads run there, and the lock may have been held at the fork."""
+    global _stuck_lock
+    _stuck.clear()
+    _stuck_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_stuck)
+
+
 def _still_stuck(key: Hashable) -> int:
     """How many timed-out calls under `key` still run (those that ended are forgotten here)."""
     with _stuck_lock:
@@ -197,8 +219,9 @@ def run_bounded(
     call = ThreadCall(fn, label or what)
     if call.wait(timeout_s):
         return call
-    with _stuck_lock:
-        _stuck.setdefault(key, []).append(call)
+    if not call.cancelled:  # one that never began runs nowhere
+        with _stuck_lock:
+            _stuck.setdefault(key, []).append(call)
     return None
 
 

@@ -233,11 +233,12 @@ class _Reaper:
         os.register_at_fork(after_in_child=self._forget)  # a forked child has no reaper thread, and no children
 
     def reap(self, pid: int) -> None:
+        self._pids.put(pid)
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="grpolab-tool-reaper", daemon=True)
-                self._thread.start()
-        self._pids.put(pid)
+                thread = threading.Thread(target=self._run, name="grpolab-tool-reaper", daemon=True)
+                thread.start()  # may raise (no thread to be had): then the next call tries again
+                self._thread = thread
 
     def _run(self) -> None:
         while True:
