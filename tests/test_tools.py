@@ -220,14 +220,18 @@ def test_a_call_stopped_before_it_began_never_runs_and_kills_no_pool_thread(monk
     """A limit that passes before the pool thread takes the call (0 s here, or a GIL held elsewhere) used to raise
     into the thread outside its call: the thread died with a traceback. Now such a call is cancelled, never runs,
     and is not counted as stuck."""
-    from grpolab.timelimit import run_bounded
+    from grpolab.timelimit import ThreadCall, run_bounded
 
     deaths: list[str] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: deaths.append(args.exc_type.__name__))
     ran: list[int] = []
-    results = [run_bounded(lambda: ran.append(1), 0, "zero", "zero") for _ in range(100)]
+    for i in range(100):
+        run_bounded(lambda i=i: ran.append(i), 0, "zero", "zero")
+    calls = [ThreadCall(lambda i=i: ran.append(100 + i)) for i in range(100)]
+    cancelled = [100 + i for i, call in enumerate(calls) if not call.wait(0) and call.cancelled]
     time.sleep(0.3)
-    assert deaths == [] and results.count(None) + len(ran) >= 100  # each one either finished or never ran
+    assert deaths == []
+    assert cancelled and not set(cancelled) & set(ran)  # a cancelled call never runs, not even later
     assert run_bounded(lambda: 7, 5, "zero", "zero").value == 7  # not refused as still running
 
 
