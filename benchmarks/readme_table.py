@@ -390,6 +390,14 @@ def rows() -> list[str]:
             f"{tc['ms_per_call_without_torch']:.1f} ms; on a thread (grpolab's own tools) {ms['thread']:.2f} ms"
         )
         out.append(f"| a tool call's isolation | {fig} | `{tc['command']}` | {tc['date']} |")
+    cc = load("chart_cost")
+    if cc:
+        ms, kb = cc["ms_per_chart"], {k: v / 1000 for k, v in cc["svg_bytes"].items()}
+        fig = (
+            f"a report chart {ms['shipped']:.1f} ms and {kb['shipped']:.0f} KB (the earlier recipe: {ms['earlier']:.1f} "
+            f"ms, {kb['earlier']:.0f} KB; {cc['speedup']:.2f}x), {cc['charts_per_round']} chart groups of a run"
+        )
+        out.append(f"| the report's charts | {fig} | `{cc['command']}` | {cc['date']} |")
     dp = load("demo_phases")
     if dp:
         out.append(f"| `make demo`, where its wall time goes | {_demo_phases(dp)} | `{dp['command']}` | {dp['date']} |")

@@ -404,26 +404,54 @@ def test_common_imports_without_torch():
     subprocess.run([sys.executable, "-c", code], cwd=BENCHMARKS, check=True, timeout=60)
 
 
+HELP_RUNNER = """
+import contextlib, io, json, runpy, sys
+answers = {}
+for path in sys.argv[1:]:
+    sys.argv, out, err = [path, "--help"], io.StringIO(), io.StringIO()
+    code = "returned without exiting"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code or 0
+    except BaseException as exc:
+        code = f"{type(exc).__name__}: {exc}"
+    answers[path] = {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()[-2000:]}
+print(json.dumps(answers))
+"""
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, dict]:
+    """Every script's `--help`, run as `__main__` (the way `python benchmarks/X.py --help` runs it) in one fresh
+    interpreter: each one paid torch's import on its own (2.4 s), 30 s for the lot."""
+    import grpolab
+
+    src = str(Path(grpolab.__file__).resolve().parent.parent)  # the grpolab this test imports, for the child too
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCHMARKS), src, os.environ.get("PYTHONPATH")])),
+    }
+    paths = [str(BENCHMARKS / f"{s}.py") for s in SCRIPTS if s not in NO_HELP]
+    done = subprocess.run(
+        [sys.executable, "-c", HELP_RUNNER, *paths], capture_output=True, text=True, timeout=300, env=env,
+        cwd=BENCHMARKS.parent,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {Path(p).stem: answer for p, answer in json.loads(done.stdout.splitlines()[-1]).items()}
+
+
+@pytest.mark.xdist_group("benchmark_helps")  # one worker runs the helps fixture once
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_script_imports_and_answers_help(script):
+def test_script_imports_and_answers_help(script, helps):
     module = importlib.import_module(script)
     assert module.__doc__, f"{script}.py says nothing about itself"
     if script in NO_HELP:
         pytest.skip(f"{script}.py {NO_HELP[script]}")
-    import grpolab
-
-    src = str(Path(grpolab.__file__).resolve().parent.parent)  # the grpolab this test imports, for the child too
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / f"{script}.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=BENCHMARKS.parent,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("usage:")
+    answer = helps[script]
+    assert answer["code"] == 0, answer["stderr"]
+    assert answer["stdout"].startswith("usage:")
 
 
 def test_drift_cusum_pools_small_steady_shifts_that_no_single_step_shows():

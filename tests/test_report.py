@@ -128,6 +128,16 @@ def test_report_draws_what_it_can_and_names_the_rest(cli, tmp_path, run_with, ba
     assert "<svg" in page and "1700000" not in page and "10000000000" not in page
 
 
+def test_text_a_run_puts_in_a_chart_is_escaped():
+    """Chart text is SVG <text> (the browser draws it): a reward named with markup shows as text, never as markup."""
+    from grpolab.report.charts import svg_chart
+
+    key = "<img src=x onerror=alert(1)>"
+    svg = svg_chart("<script>alert(1)</script>", [key], [{"step": 1, key: 1.0}, {"step": 2, key: 2.0}], [1])
+    assert "<img" not in svg and "<script" not in svg
+    assert "&lt;img src=x onerror=alert(1)&gt;" in svg and "&lt;script&gt;" in svg
+
+
 def test_a_chart_of_values_matplotlib_cannot_place_is_a_message():
     from grpolab.report.charts import svg_chart
 
