@@ -394,8 +394,9 @@ def rows() -> list[str]:
     if cc:
         ms, kb = cc["ms_per_chart"], {k: v / 1000 for k, v in cc["svg_bytes"].items()}
         fig = (
-            f"a report chart {ms['shipped']:.1f} ms and {kb['shipped']:.0f} KB (the earlier recipe: {ms['earlier']:.1f} "
-            f"ms, {kb['earlier']:.0f} KB; {cc['speedup']:.2f}x), {cc['charts_per_round']} chart groups of a run"
+            f"a report chart {ms['shipped']:.1f} ms and {kb['shipped']:.0f} KB (the earlier recipe: "
+            f"{ms['earlier']:.1f} ms, {kb['earlier']:.0f} KB; {cc['speedup']:.2f}x), {cc['charts_per_round']} chart "
+            "groups of a run"
         )
         out.append(f"| the report's charts | {fig} | `{cc['command']}` | {cc['date']} |")
     dp = load("demo_phases")

@@ -11,11 +11,12 @@ from grpolab.vocabulary import KL_BOUND, is_heldout
 MARGINS = {"left": 0.14, "right": 0.98, "top": 0.9, "bottom": 0.17}
 """Fixed margins of a chart (fractions of its 4.6 x 2.6 in): room for 7-point tick labels of up to 7 characters, the
 10-point title and the x label. `tight_layout` measured every text each time: 15 charts took 1.2 s with it, 0.7 s
-without (2026-12-07), and a report or a lab redraw draws them all. Then (`python benchmarks/chart_cost.py`: the
-report's 7 chart groups over 20 steps, against the earlier recipe in the same run) 49.8 -> 39.3 ms a chart and 33 ->
-18 KB: the title's place is given (`y=1.0`: matplotlib no longer measures the axes to lift it over top tick labels,
-which these charts never have); text is SVG <text> that the browser draws (`svg.fonttype` none), not glyph
-outlines; and a bare Figure, not pyplot's (nothing to register or close, and pyplot's import is skipped)."""
+without (2026-12-07), and a report or a lab redraw draws them all. Then (`python benchmarks/chart_cost.py`: the report's
+7 chart groups over 20 steps, against the earlier recipe in the same run) 46.1 -> 27.1 ms a chart and 33 -> 14 KB:
+the title's place is given (`y=1.0`: matplotlib no longer measures the axes to lift it over top tick labels, which
+these charts never have); at most 6 step ticks, whole steps only, and 4 value ticks (each tick is a few artists);
+text is SVG <text> that the browser draws (`svg.fonttype` none), not glyph outlines; and a bare Figure, not
+pyplot's (nothing to register or close, and pyplot's import is skipped)."""
 
 
 def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> str:
@@ -42,6 +43,8 @@ def svg_chart(title: str, keys: list[str], rows: list[dict[str, Any]], alarm_ste
 
 
 def _draw(ax: Any, title: str, keys: list[str], rows: list[dict[str, Any]], alarm_steps: list[int]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     plotted = False
     for key in keys:
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
@@ -55,5 +58,7 @@ def _draw(ax: Any, title: str, keys: list[str], rows: list[dict[str, Any]], alar
     ax.set_title(title, fontsize=10, y=1.0)
     ax.set_xlabel("step", fontsize=8)
     ax.tick_params(labelsize=7)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))  # steps are whole: no tick at step 2.5
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=4))  # a 2.6 in chart reads 4-5 levels
     if plotted:
         ax.legend(fontsize=6, loc="best")
