@@ -197,3 +197,17 @@ def test_heap_trim_returns_pages_freed_between_live_blocks():
     heap.trim()
     assert before - resident_mb() > 60
     assert float(sum(b[0] for b in kept)) == len(kept)  # the blocks still in use are untouched
+
+
+def test_evaluation_decodes_in_near_equal_batches(monkeypatch, finance):
+    """A short last batch costs about as many decode steps as a full one: 49 tasks go as 25 + 24, not 48 + 1."""
+    import grpolab.engine.evaluate as ev
+
+    sizes: list[int] = []
+    monkeypatch.setattr(ev, "run_episodes", lambda model, tok, env, tasks, *a: sizes.append(len(tasks)) or [])
+    monkeypatch.setattr(ev, "heldout_summary", lambda episodes: {})
+    cfg = load_config(None, {"env": "finance"})
+    for limit, expected in [(40, [40]), (48, [48]), (49, [25, 24]), (100, [34, 34, 32])]:
+        sizes.clear()
+        ev.evaluate(torch.nn.Linear(1, 1), None, finance, cfg, split="all", limit=limit)
+        assert sizes == expected
