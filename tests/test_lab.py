@@ -776,3 +776,21 @@ def test_the_episode_reward_card_lists_components_only():
     last = {"reward/mean": 2.0, "reward/format": 1.0, "reward/format/p10": 0.5, "reward/schema/p90": 1.4}
     card = views.stat_cards(last, 0.5, 0.12, "sim")
     assert "F:" in card and "C:" in card and "p10" not in card and "p90" not in card
+
+
+def test_the_first_view_is_made_at_launch_and_the_page_request_reads_it():
+    """`launch` starts `handlers.warm_up` on a thread: the page's first request finds its probe report made (the
+    first view of a user's config took 5.8 s after the page loaded; 0.05 s once made)."""
+    from grpolab.lab import form, handlers
+
+    form.set_base_config(load_config(None, {"model": "tiny", "env": "finance"}))
+    try:
+        handlers._probes.cache_clear()
+        handlers.warm_up()
+        assert handlers._probes.cache_info().currsize == 1
+        base = form.base_config()
+        values = {c.name: c.default(base) for c in (*form.config_controls(base), *form.SIMULATOR_CONTROLS)}
+        cards, chart, probes = handlers.simulate_view(values)
+        assert handlers._probes.cache_info().hits == 1 and "lab-card" in cards and "<svg" in chart
+    finally:
+        form.set_base_config(None)

@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,7 @@ def launch(
     if block and hasattr(signal, "SIGTERM"):  # before the folder exists, so no SIGTERM can leave it behind
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a normal exit: atexit removes the folder
     set_base_config(base)
+    threading.Thread(target=handlers.warm_up, name="grpolab-lab-warm-up", daemon=True).start()
     workdir = private_workdir()
     print(f"private folder: {workdir} (exports, served files; removed on exit)", flush=True)
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])

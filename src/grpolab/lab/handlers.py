@@ -21,7 +21,17 @@ from grpolab.agent.chat import ChatSession
 from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.lab import jobs, views
-from grpolab.lab.form import WEIGHT, base_config, check_simulator, config_from_form, env_key, env_of, rubric_for
+from grpolab.lab.form import (
+    SIMULATOR_CONTROLS,
+    WEIGHT,
+    base_config,
+    check_simulator,
+    config_controls,
+    config_from_form,
+    env_key,
+    env_of,
+    rubric_for,
+)
 from grpolab.lab.limits import LabLimits, check_env, inside
 from grpolab.models import model_token_counter
 from grpolab.preflight.check import probe_report
@@ -79,6 +89,17 @@ def simulate_view(values: Mapping[str, Any]) -> tuple[str, str, str]:
     except (UserError, ValueError, KeyError, IndexError) as exc:
         probes = views.message(f"probes unavailable for {cfg.env}: {exc}", "warn")
     return views.sim_cards(result, cfg.grpo.kl_bound), chart, probes
+
+
+def warm_up() -> None:
+    """The page's first view, made once at launch on a thread of its own (`lab.app.launch`): the imports, the
+    environment, the tokenizer, the forecast's pilot and the probe report it needs are then ready (cached) when
+    the browser asks for them. A form the view cannot draw is left to the page's own request to report."""
+    base = base_config()
+    try:
+        simulate_view({c.name: c.default(base) for c in (*config_controls(base), *SIMULATOR_CONTROLS)})
+    except Exception:  # whatever it is, the page's own request meets it again and shows it
+        pass
 
 
 def weights_shown(env: str | None, names: list[str]) -> list[Any]:
