@@ -17,6 +17,7 @@ stopped from outside, not blamed on a tool, verifier, reward or plugin.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -92,6 +93,10 @@ def _child(main: Callable[[list[str] | None], None], argv: list[str] | None, wri
     sys.stderr.flush()
     os.write(write_end, str(code).encode())  # finished: whatever happens while the interpreter shuts down
     os.close(write_end)
+    # The shutdown's garbage collections traverse every object torch, transformers and a model made: 0.9-1.3 s of a
+    # command's end (the user waits: the supervisor exits after the child), 0.15 s with them frozen. The rest of the
+    # shutdown is as before: atexit handlers, threads joined, modules torn down.
+    gc.freeze()
     sys.exit(code)
 
 
