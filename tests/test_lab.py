@@ -788,9 +788,7 @@ def test_the_first_view_is_made_at_launch_and_the_page_request_reads_it():
         handlers._probes.cache_clear()
         handlers.warm_up()
         assert handlers._probes.cache_info().currsize == 1
-        base = form.base_config()
-        values = {c.name: c.default(base) for c in (*form.config_controls(base), *form.SIMULATOR_CONTROLS)}
-        cards, chart, probes = handlers.simulate_view(values)
+        cards, chart, probes = handlers.simulate_view(form.starting_values(form.base_config()))
         assert handlers._probes.cache_info().hits == 1 and "lab-card" in cards and "<svg" in chart
     finally:
         form.set_base_config(None)

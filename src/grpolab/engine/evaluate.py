@@ -44,7 +44,8 @@ def evaluate(
     episodes: list[Episode] = []
     scored = 0
     try:
-        size = math.ceil(len(tasks) / max(math.ceil(len(tasks) / EVAL_BATCH), 1)) or 1  # near-equal batches
+        batches = max(math.ceil(len(tasks) / EVAL_BATCH), 1)
+        size = max(math.ceil(len(tasks) / batches), 1)  # near-equal batches of at most EVAL_BATCH
         for start in range(0, len(tasks), size):  # bounded memory: KV cache and prefill grow with the batch
             episodes += run_episodes(model, tokenizer, env, tasks[start : start + size], 1, settings)
             if env.stateful:  # each batch scored and its episodes' state released before the next is made

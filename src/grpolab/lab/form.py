@@ -175,6 +175,12 @@ def controls(base: LabConfig) -> dict[str, Control]:
     return {c.name: c for c in (*config_controls(base), *SIMULATOR_CONTROLS, *JOB_CONTROLS)}
 
 
+def starting_values(base: LabConfig) -> dict[str, Any]:
+    """What the page's simulator view starts from: each config control's and the simulator's own starting value (the
+    values `render` gives the components the view reads)."""
+    return {c.name: c.default(base) for c in (*config_controls(base), *SIMULATOR_CONTROLS)}
+
+
 def config_from_form(values: Mapping[str, Any]) -> LabConfig:
     """The config a form describes: every config control's value, by name, into the field it names (the
     simulator's knobs are ignored; the job controls are optional). On the base config's environment, what the form

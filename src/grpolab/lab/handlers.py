@@ -22,15 +22,14 @@ from grpolab.config import LabConfig
 from grpolab.errors import UserError
 from grpolab.lab import jobs, views
 from grpolab.lab.form import (
-    SIMULATOR_CONTROLS,
     WEIGHT,
     base_config,
     check_simulator,
-    config_controls,
     config_from_form,
     env_key,
     env_of,
     rubric_for,
+    starting_values,
 )
 from grpolab.lab.limits import LabLimits, check_env, inside
 from grpolab.models import model_token_counter
@@ -95,9 +94,8 @@ def warm_up() -> None:
     """The page's first view, made once at launch on a thread of its own (`lab.app.launch`): the imports, the
     environment, the tokenizer, the forecast's pilot and the probe report it needs are then ready (cached) when
     the browser asks for them. A form the view cannot draw is left to the page's own request to report."""
-    base = base_config()
     try:
-        simulate_view({c.name: c.default(base) for c in (*config_controls(base), *SIMULATOR_CONTROLS)})
+        simulate_view(starting_values(base_config()))
     except Exception:  # whatever it is, the page's own request meets it again and shows it
         pass
 
