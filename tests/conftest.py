@@ -3,11 +3,12 @@
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests import zygote
 
 # Keep test caches out of the user's cache unless one is configured (the embedded tokenizer is cached there).
 os.environ.setdefault("GRPOLAB_CACHE", os.path.join(tempfile.gettempdir(), "grpolab-test-cache"))
@@ -40,11 +41,9 @@ def cut_to_tiny(config: Path, steps: int) -> None:
 
 
 def run_grpolab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`grpolab ARGS` in a fresh interpreter from `cwd`, this checkout's source first on the path."""
-    env = {**os.environ, "PYTHONPATH": SRC}
-    return subprocess.run(
-        [sys.executable, "-m", "grpolab.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    """`grpolab ARGS` as its own process from `cwd`, this checkout's source first on the path: forked from an
+    interpreter that imported torch and transformers already (tests/zygote.py), grpolab itself loaded afresh."""
+    return zygote.run(list(args), cwd, {**os.environ, "PYTHONPATH": SRC}, timeout=600)
 
 
 @pytest.fixture(scope="session")
@@ -75,19 +74,15 @@ def cli(capsys):
     return run
 
 
-def start_grpolab(*args: str) -> subprocess.Popen:
-    """`python -m grpolab.cli ARGS...` as its own process group (so a test can kill it like a user would).
+def start_grpolab(*args: str) -> subprocess.Popen | zygote.Command:
+    """`python -m grpolab.cli ARGS...` as its own process group (so a test can kill it like a user would), forked
+    as `run_grpolab`'s commands are.
 
     Its stderr goes to an unlinked temp file, read back through `proc.stderr` (from the start, at any time): a pipe
     that nobody reads while the test waits would block a child that writes more than 64 KiB."""
     fd, path = tempfile.mkstemp(prefix="grpolab-stderr-")
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpolab.cli", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=fd,
-            start_new_session=True,
-        )
+        proc = zygote.popen(list(args), {**os.environ, "PYTHONPATH": SRC}, subprocess.DEVNULL, fd, new_session=True)
         proc.stderr = open(path, encoding="utf-8", errors="replace")  # its own offset: reads from the start
     finally:
         os.close(fd)

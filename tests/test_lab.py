@@ -8,7 +8,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -23,6 +22,8 @@ from grpolab.config import load_config  # noqa: E402
 from grpolab.errors import UserError  # noqa: E402
 from grpolab.lab import jobs, views  # noqa: E402
 from grpolab.rundir import RunDir  # noqa: E402
+from tests import zygote  # noqa: E402
+from tests.conftest import SRC  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -175,12 +176,9 @@ def changed_lab_url(tmp_path_factory, run_with, finance):
 def _serve(root: Path, *args: str):
     """Serve `grpolab lab` over the runs folder `root` (and `args`) until the generator is closed: yields its URL."""
     port = _free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(root), "--port", str(port), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": SRC}
+    proc = zygote.popen(
+        ["lab", "--runs", str(root), "--port", str(port), *args], env, subprocess.PIPE, subprocess.STDOUT
     )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 120
@@ -258,11 +256,8 @@ def test_the_lab_answers_only_its_own_host_and_origin(lab_url):
 def test_the_private_folder_is_0700_and_removed_on_exit(tmp_path):
     port, log = _free_port(), tmp_path / "lab.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpolab.cli", "lab", "--runs", str(tmp_path / "runs"), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        argv = ["lab", "--runs", str(tmp_path / "runs"), "--port", str(port)]
+        proc = zygote.popen(argv, {**os.environ, "PYTHONPATH": SRC}, out.fileno(), subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and _status_or_none(f"http://127.0.0.1:{port}/") != 200:

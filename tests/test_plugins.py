@@ -2,8 +2,6 @@
 every later command on the run loads it from the run's config.json."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,8 +10,7 @@ import pytest
 from grpolab.config import load_config
 from grpolab.errors import UserError
 from grpolab.plugins import import_plugin, resolve_plugins
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+from tests.conftest import run_grpolab
 
 REWARD_PLUGIN = '''
 from grpolab.rewards import register_reward
@@ -43,12 +40,7 @@ def user_folder(tmp_path: Path, module: str = "my_rewards") -> Path:
     return folder
 
 
-def grpolab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The CLI in a fresh process from another folder: nothing of the plugin is imported beforehand."""
-    env = {**os.environ, "PYTHONPATH": SRC}
-    return subprocess.run(
-        [sys.executable, "-m", "grpolab.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+grpolab = run_grpolab  # the CLI as its own process (tests.conftest): nothing of the plugin is imported beforehand
 
 
 def test_a_run_records_its_plugin_and_every_later_command_loads_it(tmp_path):

@@ -563,19 +563,11 @@ def test_a_config_names_a_verifiers_env_either_way(vf, tmp_path):
 def test_the_example_config_is_checked_on_the_tiny_model(vf, tmp_path):
     """`grpolab check` runs the example's verifiers env unchanged: probes under its rubric, references solved."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    done = subprocess.run(
-        [sys.executable, "-m", "grpolab.cli", "check", "--config", str(EXAMPLES / "config.toml"), "--model", "tiny"]
-        + ["--prompts", "1", "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    from tests.conftest import run_grpolab
+
+    done = run_grpolab(
+        "check", "--config", str(EXAMPLES / "config.toml"), "--model", "tiny", "--prompts", "1", "--json", cwd=tmp_path
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
