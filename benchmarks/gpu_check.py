@@ -42,10 +42,11 @@ from grpolab.vocabulary import COMPLETION_LEN, HELDOUT_SUCCESS, KL, LOSS, PERF_S
 
 DRY = {
     "model": "tiny",
-    "rollout.group_size": 4,
+    "rollout.group_size": 2,
     "rollout.max_new_tokens": 16,
-    "train.prompts_per_step": 2,
+    "train.prompts_per_step": 1,
     "train.sft_steps": 1,
+    "train.sft_batch_size": 1,  # on the CPU, TRL's log-prob kernel folds every token's 49,152 logits in torch
 }
 """The dry run's shape: the tiny random model, a GRPO step in seconds."""
 
