@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/suite_time.py [--keep]
 
-Clones this checkout's HEAD into a temporary folder (no venv, no caches: what CI and a new contributor start from),
-then times `make setup` (the install) and `make test` (ruff, the results check and pytest, already set up) there, one
-after the other, with nothing else of ours running. Writes benchmarks/results/suite_time.json: both wall times, their
+Clones this checkout's HEAD into a temporary folder (no venv, no caches, an empty uv cache: what CI and a new
+contributor start from), then times `make setup` (the install) and `make test` (ruff, the results check and pytest,
+already set up) there, one after the other, with nothing else of ours running. Writes benchmarks/results/suite_time.json: both wall times, their
 sum, the CPU time pytest's processes used, the number of tests and pytest's slowest 15 as it printed them. Run it
 alone: two cores shared with another job time neither.
 """
@@ -12,6 +12,7 @@ alone: two cores shared with another job time neither.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import resource
 import shutil
@@ -27,11 +28,11 @@ SLOWEST = re.compile(r"^\s*([\d.]+)s (call|setup|teardown)\s+(\S+)", re.M)
 SUMMARY = re.compile(r"(\d+) passed(?:, (\d+) skipped)?.* in ([\d.]+)s")
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
     """(wall seconds, CPU seconds of the command's children, its output); raises where it fails."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -59,8 +60,9 @@ def main() -> None:
     try:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
-        setup_wall, _, _ = timed(["make", "setup"], clone)
-        test_wall, test_cpu, output = timed(["make", "test"], clone)
+        env = {**os.environ, "UV_CACHE_DIR": str(where / "uv-cache")}  # empty, as on a machine CI starts afresh
+        setup_wall, _, _ = timed(["make", "setup"], clone, env)
+        test_wall, test_cpu, output = timed(["make", "test"], clone, env)
     finally:
         if args.keep:
             print(f"clone kept: {clone}")
