@@ -4,9 +4,9 @@
 
 Clones this checkout's HEAD into a temporary folder (no venv, no caches, an empty uv cache: what CI and a new
 contributor start from), then times `make setup` (the install) and `make test` (ruff, the results check and pytest,
-already set up) there, one after the other, with nothing else of ours running. Writes benchmarks/results/suite_time.json: both wall times, their
-sum, the CPU time pytest's processes used, the number of tests and pytest's slowest 15 as it printed them. Run it
-alone: two cores shared with another job time neither.
+already set up) there, one after the other, with nothing else of ours running. Writes
+benchmarks/results/suite_time.json: both wall times, their sum, the CPU time pytest's processes used, the number of
+tests and pytest's slowest 15 as it printed them. Run it alone: two cores shared with another job time neither.
 """
 
 from __future__ import annotations
