@@ -214,19 +214,31 @@ def _scripted_references(model, tokenizer, env_, tasks, group, s, gen):
     return eps
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "cispo"])
-def test_trl_micro_batches_give_the_one_batch_loss(trainer, monkeypatch, loss_type):
-    """The mapping splits a step into micro-batches (gradient accumulation over one generation batch): summed, their
-    losses are the loss of the step taken in one batch, for every loss type it splits."""
+@pytest.fixture(scope="module")
+def reference_step(trainer) -> dict:
+    """One generation batch of reference transcripts through the trainer (it does not depend on the loss type: the
+    loss-type tests share it, each on its own copy)."""
     t, cfg, env, tok = trainer
     import grpolab.trl.backend as backend
 
-    monkeypatch.setattr(backend, "run_episodes", _scripted_references)
-    monkeypatch.setattr(t, "loss_type", loss_type)
     rows = [r for r in prompt_rows(env)[:2] for _ in range(cfg.rollout.group_size)]
     t.model.train()
-    out = t._generate_and_score_completions(rows)
-    n = len(rows)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(backend, "run_episodes", _scripted_references)
+        return t._generate_and_score_completions(rows)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "cispo"])
+def test_trl_micro_batches_give_the_one_batch_loss(trainer, reference_step, monkeypatch, loss_type):
+    """The mapping splits a step into micro-batches (gradient accumulation over one generation batch): summed, their
+    losses are the loss of the step taken in one batch, for every loss type it splits."""
+    import copy
+
+    t = trainer[0]
+    monkeypatch.setattr(t, "loss_type", loss_type)
+    t.model.train()
+    out = {k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for k, v in reference_step.items()}
+    n = len(out["completion_ids"])
 
     def part(i: int, j: int) -> dict:
         return {k: v[i:j] if isinstance(v, torch.Tensor) and v.dim() and len(v) == n else v for k, v in out.items()}
