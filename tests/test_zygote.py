@@ -65,3 +65,15 @@ def test_a_started_command_is_its_own_process_group_and_reports_the_signal_that_
         proc.wait(timeout=0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_a_server_that_ended_is_started_again(tmp_path):
+    assert zygote.run(["--help"], tmp_path, ENV, timeout=300).returncode == 0
+    zygote.ZYGOTE.server.kill()
+    zygote.ZYGOTE.server.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not zygote.ZYGOTE.dead and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert zygote.ZYGOTE.dead
+    done = zygote.run(["config", "--env", "no_such_env"], tmp_path, ENV, timeout=300)
+    assert done.returncode == 2 and "no_such_env" in done.stderr and not zygote.ZYGOTE.dead

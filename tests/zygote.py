@@ -217,7 +217,8 @@ class Zygote:
     ) -> Command:
         """`python -m grpolab.cli ARGV` forked, with stdin, stdout, stderr on the three file descriptors given."""
         with self.lock:
-            if self.sock is None:
+            if self.sock is None or self.dead:  # first use, or the server ended (its commands' exits are kept)
+                self.dead = False
                 self.sock = self._start()
             request = {"argv": list(argv), "cwd": str(cwd), "env": env, "new_session": new_session}
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(streams))
