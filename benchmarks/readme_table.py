@@ -299,8 +299,9 @@ def rows() -> list[str]:
     if v:
         model = v["setting"]["model"]
         out.append(f"| GRPO step, native vs TRL ({model}, fp32) | {_vs_trl(v)} | `{v['command']}` | {v['date']} |")
-    v = load("vs_trl_demo")
-    if v:
+    for v in (load("vs_trl_demo"), load("vs_trl_demo_avx512_bf16")):
+        if not v:
+            continue
         fig = (
             f"TRL {v['trl']['s_per_step']:.1f} s/step, native {v['native']['s_per_step']:.1f} s/step "
             f"({v['ratio_trl_over_native_per_step']:.2f}x; per 1k policy tokens "
@@ -315,6 +316,8 @@ def rows() -> list[str]:
                 f"{t['matmul_gflops_fp32']:.0f} GFLOP/s"
             )
         shape = f"the demo's shape ({v['setting']['config']})"
+        if "native_bf16" in v:  # recorded since 2026-12-07: the host's bf16 dot products (both train in fp32)
+            shape += f", a CPU with {v['native_bf16']}" if v["native_bf16"] else ", a CPU without bf16 dot products"
         out.append(f"| GRPO step at {shape}, native vs TRL | {fig} | `{v['command']}` | {v['date']} |")
     for name in ("base_demo", "base_unitconv"):
         b = load(name)

@@ -16,6 +16,7 @@ token (policy forward and backward, reference forward), N = parameter count; the
 measured in the same run. Writes benchmarks/results/vs_trl.json.
 
     .venv/bin/python benchmarks/vs_trl.py --shape demo [--rounds 4] [--config src/grpolab/configs/demo.toml]
+        [--results vs_trl_demo]
 
 The demo's own shape (issue 25): the demo config (G=8 x 2 prompts, 160 tokens, up to 2 tool turns, LoRA, beta, the
 same SFT seeding) trained `--rounds` GRPO steps through the lab's run loop twice, once on the native trainer and
@@ -24,7 +25,8 @@ other, each in a process of its own (each reports its own peak RSS and matmul pe
 (multi-turn lengths cannot be forced equal), so both the time per step and the time per 1,000 generated policy
 tokens are compared; step 1 is warm-up and not counted. TRL's
 `step_time` covers its training_step (rollout, rewards, loss, backward) but not the optimizer step, so the ratio
-slightly favours TRL. Writes benchmarks/results/vs_trl_demo.json.
+slightly favours TRL. Writes benchmarks/results/vs_trl_demo.json (`--results NAME`: NAME.json, e.g. one per host
+kind: vs_trl_demo_avx512_bf16 on a CPU with native bf16 dot products, whose flag the result records).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def demo_shape(config: Path, rounds: int) -> dict:
     import subprocess
     import sys
 
+    from grpolab.engine.precision import native_bf16
+
     result: dict = {}
     for backend in ("native", "trl"):
         command = [sys.executable, __file__, "--shape", "demo", "--rounds", str(rounds), "--config", str(config)]
@@ -70,6 +74,7 @@ def demo_shape(config: Path, rounds: int) -> dict:
         result["trl"]["s_per_1k_completion_tokens"] / result["native"]["s_per_1k_completion_tokens"]
     )
     result["setting"] = {"config": str(config.name), "rounds": rounds, "trl_version": __import__("trl").__version__}
+    result["native_bf16"] = native_bf16()  # the CPU's bf16 dot-product flag, or None (both backends train in fp32)
     result["date"] = time.strftime("%Y-%m-%d")
     named = "" if config == DEMO else f" --config {config}"
     result["command"] = f"python benchmarks/vs_trl.py --shape demo --rounds {rounds}{named}"
@@ -112,6 +117,7 @@ def main() -> None:
     ap.add_argument("--free-length", action="store_true", help="let episodes stop at end of turn (lengths differ)")
     ap.add_argument("--shape", choices=("single", "demo"), default="single", help="demo: the demo config, 2 turns")
     ap.add_argument("--config", type=Path, default=DEMO, help="with --shape demo: the config both backends train")
+    ap.add_argument("--results", default="vs_trl_demo", help="with --shape demo: the results file's name")
     ap.add_argument("--backend", choices=("native", "trl"), help=argparse.SUPPRESS)  # demo_shape's child processes
     args = ap.parse_args()
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
@@ -120,7 +126,9 @@ def main() -> None:
         return
     if args.shape == "demo":
         result = demo_shape(args.config, args.rounds)
-        write_results("vs_trl_demo", result)
+        if args.results != "vs_trl_demo":
+            result["command"] += f" --results {args.results}"
+        write_results(args.results, result)
         print(json.dumps(result, indent=2))
         return
     from datasets import Dataset
