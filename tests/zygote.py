@@ -105,7 +105,9 @@ def serve(fd: int) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _command(json.loads(message), fds, [sock.fileno(), wake_r, wake_w])
+                # detached, not closed under the socket object: at the command's exit it would close the fd
+                # number again, by then perhaps a file the command still writes
+                _command(json.loads(message), fds, [sock.detach(), wake_r, wake_w])
             for f in fds:
                 os.close(f)
             sock.send(json.dumps({"pid": pid}).encode())
