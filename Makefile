@@ -14,12 +14,12 @@ STAMP := $(VENV)/.grpolab-installed
 # torch goes through uv only where pip's config names find-links (where the CPU build lies on local disk: uv does
 # not read pip's config, so they are passed on): 12 s against pip's 18 s on a fresh venv. uv then keeps the installed
 # torch that satisfies the pin.
-INSTALL = if [ -x $(VENV)/bin/uv ]; then $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) "$$@"; \
-	else $(PY) -m pip install -q "$$@"; fi
+UV_PIP = $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY)
+PIP = $(PY) -m pip install -q
+INSTALL = if [ -x $(VENV)/bin/uv ]; then $(UV_PIP) "$$@"; else $(PIP) "$$@"; fi
 TORCH = links=$$($(PY) -m pip config get global.find-links 2>/dev/null || true); \
 	if [ -x $(VENV)/bin/uv ] && [ -n "$$links" ]; then \
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $$(printf -- "--find-links %s " $$links) "$$@" \
-	|| $(PY) -m pip install -q "$$@"; else $(PY) -m pip install -q "$$@"; fi
+	$(UV_PIP) $$(printf -- "--find-links %s " $$links) "$$@" || $(PIP) "$$@"; else $(PIP) "$$@"; fi
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -29,7 +29,6 @@ TINY_SETTINGS = {
     "train.eval_every": 0,
 }
 """Config overrides for the tiny random model: a GRPO step in about a second."""
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def cut_to_tiny(config: Path, steps: int) -> None:
@@ -43,7 +42,7 @@ def cut_to_tiny(config: Path, steps: int) -> None:
 def run_grpolab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`grpolab ARGS` as its own process from `cwd`, this checkout's source first on the path: forked from an
     interpreter that imported torch and transformers already (tests/zygote.py), grpolab itself loaded afresh."""
-    return zygote.run(list(args), cwd, {**os.environ, "PYTHONPATH": SRC}, timeout=600)
+    return zygote.run(list(args), cwd, timeout=600)
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +81,7 @@ def start_grpolab(*args: str) -> subprocess.Popen | zygote.Command:
     that nobody reads while the test waits would block a child that writes more than 64 KiB."""
     fd, path = tempfile.mkstemp(prefix="grpolab-stderr-")
     try:
-        proc = zygote.popen(list(args), {**os.environ, "PYTHONPATH": SRC}, subprocess.DEVNULL, fd, new_session=True)
+        proc = zygote.popen(list(args), None, subprocess.DEVNULL, fd, new_session=True)
         proc.stderr = open(path, encoding="utf-8", errors="replace")  # its own offset: reads from the start
     finally:
         os.close(fd)

@@ -23,7 +23,6 @@ from grpolab.errors import UserError  # noqa: E402
 from grpolab.lab import jobs, views  # noqa: E402
 from grpolab.rundir import RunDir  # noqa: E402
 from tests import zygote  # noqa: E402
-from tests.conftest import SRC  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -176,7 +175,7 @@ def changed_lab_url(tmp_path_factory, run_with, finance):
 def _serve(root: Path, *args: str):
     """Serve `grpolab lab` over the runs folder `root` (and `args`) until the generator is closed: yields its URL."""
     port = _free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": SRC}
+    env = zygote.command_env(GRADIO_ANALYTICS_ENABLED="False")
     proc = zygote.popen(
         ["lab", "--runs", str(root), "--port", str(port), *args], env, subprocess.PIPE, subprocess.STDOUT
     )
@@ -257,7 +256,7 @@ def test_the_private_folder_is_0700_and_removed_on_exit(tmp_path):
     port, log = _free_port(), tmp_path / "lab.log"
     with open(log, "w") as out:
         argv = ["lab", "--runs", str(tmp_path / "runs"), "--port", str(port)]
-        proc = zygote.popen(argv, {**os.environ, "PYTHONPATH": SRC}, out.fileno(), subprocess.STDOUT)
+        proc = zygote.popen(argv, None, out.fileno(), subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and _status_or_none(f"http://127.0.0.1:{port}/") != 200:

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from tests import zygote
-from tests.conftest import SRC, start_grpolab
+from tests.conftest import start_grpolab
 
-ENV = {**os.environ, "PYTHONPATH": SRC}
+ENV = zygote.command_env()
 
 
 def fresh(argv: list[str], cwd, env=ENV) -> subprocess.CompletedProcess:

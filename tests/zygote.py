@@ -54,6 +54,12 @@ IMPORT_TIME_ENV = (
 (Not TORCHINDUCTOR_*: torch sets TORCHINDUCTOR_CACHE_DIR in the test process when it first needs it.)"""
 
 
+def command_env(**extra: str) -> dict[str, str]:
+    """The environment a test's command runs in: this process's, this checkout's source first on the path, and
+    `extra`."""
+    return {**os.environ, "PYTHONPATH": SRC, **extra}
+
+
 def _preload() -> None:
     """What nearly every command imports, and grpolab does not own (its own modules load in each command)."""
     import jsonschema  # noqa: F401
@@ -165,7 +171,7 @@ class Zygote:
 
     def _start(self) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.env = {**os.environ, "PYTHONPATH": SRC}
+        self.env = command_env()
         self.server = subprocess.Popen(
             [sys.executable, __file__, str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
@@ -210,7 +216,7 @@ class Zygote:
         """Whether a command with this environment can be a fork: the import-time variables are the server's."""
         if not hasattr(os, "fork") or os.environ.get("GRPOLAB_TESTS_FRESH"):
             return False
-        server = self.env or {**os.environ, "PYTHONPATH": SRC}
+        server = self.env or command_env()
         keys = {k for k in (*env, *server) if k.startswith(IMPORT_TIME_ENV)}
         return all(env.get(k) == server.get(k) for k in keys)
 
@@ -272,15 +278,16 @@ ZYGOTE = Zygote()
 
 def popen(
     argv: list[str],
-    env: dict[str, str],
+    env: dict[str, str] | None = None,
     stdout: int | None = None,
     stderr: int | None = None,
     new_session: bool = False,
     cwd: str | Path | None = None,
 ) -> subprocess.Popen | Command:
-    """`subprocess.Popen([python, -m, grpolab.cli, *argv], ...)`, forked where it can be. `stdout` and `stderr` as
-    Popen takes them: None (this process's), a file descriptor, DEVNULL, PIPE (read from `.stdout`), or STDOUT for
-    stderr; stdin is /dev/null."""
+    """`subprocess.Popen([python, -m, grpolab.cli, *argv], ...)`, forked where it can be. `env`: `command_env()`
+    where not given. `stdout` and `stderr` as Popen takes them: None (this process's), a file descriptor, DEVNULL,
+    PIPE (read from `.stdout`), or STDOUT for stderr; stdin is /dev/null."""
+    env = command_env() if env is None else env
     cwd = cwd or os.getcwd()
     if not ZYGOTE.fits(env):
         command = [sys.executable, "-m", "grpolab.cli", *argv]
@@ -305,11 +312,11 @@ def popen(
     return command
 
 
-def run(argv: list[str], cwd: str | Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """`subprocess.run([python, -m, grpolab.cli, *argv], capture_output=True, text=True)`, forked where it can be."""
-    if not ZYGOTE.fits(env):
-        command = [sys.executable, "-m", "grpolab.cli", *argv]
-        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+def run(
+    argv: list[str], cwd: str | Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, -m, grpolab.cli, *argv], capture_output=True, text=True)` through `popen`: forked
+    where it can be."""
     import tempfile
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
