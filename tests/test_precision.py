@@ -9,7 +9,14 @@ from grpolab.config import load_config
 from grpolab.engine import precision
 from grpolab.engine.logprobs import linear_logprobs
 from grpolab.engine.policy import build_policy, resolve_precision
-from grpolab.engine.precision import choose_precision, cpu_flags, native_bf16, update_autocast
+from grpolab.engine.precision import (
+    FrozenCasts,
+    choose_precision,
+    choose_sft_precision,
+    cpu_flags,
+    native_bf16,
+    update_autocast,
+)
 from grpolab.engine.sft import sft_warm_start
 from grpolab.engine.trainer import GRPOTrainer
 from grpolab.envs import env_for
@@ -77,27 +84,34 @@ def test_auto_keeps_fp32_on_a_cpu_with_native_bf16_and_says_why():
 def test_bf16_is_chosen_only_when_faster_and_accurate(tiny, monkeypatch):
     monkeypatch.setattr(precision, "CPU_BF16_LEARNS_AS_FP32", True)  # the checks that decide where it is allowed
     cfg, model, tok = tiny
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     env = env_for(cfg)
     ids = tok("The capital of France is Paris, and 12 * 7 = 84.").input_ids
 
     def rates(fp32, bf16):
-        monkeypatch.setattr(precision, "matmul_rates", lambda h, i: {"fp32_gflops": fp32, "bf16_gflops": bf16})
+        monkeypatch.setattr(precision, "update_seconds", lambda m, i: {"fp32_update_s": fp32, "bf16_update_s": bf16})
 
     flags = {"avx512_bf16"}
-    rates(100.0, 110.0)
+    rates(1.1, 1.0)
     slow = choose_precision("auto", lambda: (model, ids), flags=flags)
     assert slow.chosen == "fp32" and "1.10x" in slow.why and "bf16_k3" not in slow.measured
-    rates(100.0, 400.0)
+    rates(4.0, 1.0)
     fast = choose_precision("auto", lambda: (model, ids), flags=flags)
     assert fast.chosen == "bf16", fast.why
     assert 0 < fast.measured["bf16_k3"] <= precision.BF16_MAX_K3  # bf16 moves the log-probs, a little
     monkeypatch.setattr(precision, "BF16_MAX_K3", fast.measured["bf16_k3"] / 2)
     inaccurate = choose_precision("auto", lambda: (model, ids), flags=flags)
     assert inaccurate.chosen == "fp32" and "moved log-probs" in inaccurate.why
-    # the real probe on this host, through the policy's helper: whatever it picks, its figures must agree
+    monkeypatch.undo()  # the real probe on this host, through the policy's helper: its figures must agree
+    monkeypatch.setattr(precision, "CPU_BF16_LEARNS_AS_FP32", True)
     real = resolve_precision(cfg.model_copy(update={}), env, model, tok)
     if real.chosen == "bf16":
         assert real.measured["bf16_speedup"] >= precision.BF16_MIN_SPEEDUP
+    if precision.native_bf16():
+        assert real.measured["fp32_update_s"] > 0 and real.measured["bf16_update_s"] > 0
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == trainable
+    assert all(p.grad is None for p in model.parameters())
 
 
 def test_the_head_log_probs_under_bf16_autocast_stay_fp32_and_near_fp32():
@@ -132,6 +146,30 @@ def test_a_bf16_update_step_trains_with_fp32_weights_and_loss(tiny):
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
+def test_frozen_bf16_copies_give_autocasts_numbers_and_put_the_fp32_weights_back(tiny):
+    cfg, model, tok = tiny
+    ids = torch.tensor([tok("a tool call, then an answer").input_ids])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    frozen = {n: p.data for n, p in model.named_parameters() if not p.requires_grad}
+
+    def loss_and_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        with update_autocast("bf16"):
+            loss = model(input_ids=ids, labels=ids).loss
+        return loss.detach(), list(torch.autograd.grad(loss, trainable))
+
+    plain = loss_and_grads()
+    casts = FrozenCasts(model)
+    with casts.swapped("bf16"):
+        swapped = loss_and_grads()
+        assert any(p.dtype == torch.bfloat16 for p in model.parameters())
+    assert casts.copies and len(casts.copies) < len(frozen)  # the embedding (tied to the head) keeps fp32
+    assert torch.equal(plain[0], swapped[0]) and all(torch.equal(a, b) for a, b in zip(plain[1], swapped[1]))
+    back = {n: p for n, p in model.named_parameters() if not p.requires_grad}
+    assert all(back[n].dtype == torch.float32 and back[n].data_ptr() == t.data_ptr() for n, t in frozen.items())
+    with casts.swapped("fp32"):
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
 def test_sft_in_bf16_lowers_the_loss(tiny):
     cfg, model, tok = tiny
     losses = sft_warm_start(model, tok, env_for(cfg), 6, 2, 5e-3, 0, precision="bf16")
@@ -139,17 +177,36 @@ def test_sft_in_bf16_lowers_the_loss(tiny):
 
 
 def test_a_run_records_the_resolved_precision_and_why(tmp_path):
-    cfg = load_config(None, {**SMALL, "train.steps": 1})
+    cfg = load_config(None, {**SMALL, "train.steps": 1, "train.sft_steps": 1})
     run = train(cfg, tmp_path / "run", quiet=True, eval_base=False)
-    recorded = json.loads((run.path / CONFIG_FILE).read_text())["train"]["precision"]
+    recorded = json.loads((run.path / CONFIG_FILE).read_text())["train"]
     choice = json.loads((run.path / PRECISION_FILE).read_text())
-    assert recorded == choice["chosen"] in ("fp32", "bf16")
+    assert recorded["precision"] == choice["chosen"] in ("fp32", "bf16")
     assert choice["requested"] == "auto" and choice["why"]
+    # the warm start's own choice: fp32 on a CPU, whatever the update got
+    assert recorded["sft_precision"] == choice["sft"]["chosen"] == "fp32"
+    assert "seeding_precision" in choice["sft"]["why"]
+
+
+def test_the_warm_start_keeps_fp32_on_a_cpu_and_follows_the_update_on_a_gpu():
+    from grpolab.trl.settings import sft_bf16_here
+
+    assert choose_sft_precision("auto", "bf16", "cpu").chosen == "fp32"
+    assert choose_sft_precision("auto", "bf16", "cuda").chosen == "bf16"
+    assert choose_sft_precision("auto", "fp32", "cuda").chosen == "fp32"
+    forced = choose_sft_precision("bf16", "fp32", "cpu")
+    assert forced.chosen == "bf16" and "forced" in forced.why
+    # the exported TRL script's SFTConfig(bf16=...) reads the same rule
+    assert sft_bf16_here("bf16", "fp32") and not sft_bf16_here("fp32", "bf16")
+    assert sft_bf16_here("auto", "bf16") is torch.cuda.is_available()
 
 
 def test_a_run_made_before_the_precision_field_reads_back_as_fp32():
     from grpolab.config import LabConfig, as_recorded
 
     data = load_config(None, SMALL).model_dump(mode="json")
-    del data["train"]["precision"]
-    assert LabConfig.model_validate(as_recorded(data)).train.precision == "fp32"
+    del data["train"]["precision"], data["train"]["sft_precision"]
+    old = LabConfig.model_validate(as_recorded(data)).train
+    assert old.precision == old.sft_precision == "fp32"
+    data["train"]["precision"] = "bf16"  # before the split, the warm start ran in the update's precision
+    assert LabConfig.model_validate(as_recorded(data)).train.sft_precision == "bf16"

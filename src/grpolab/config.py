@@ -166,7 +166,10 @@ class TrainConfig(_Section):
     report_to: list[str] = Field(default_factory=list)
     """TRL's report_to (e.g. ["wandb", "tensorboard"]; natively only trackio); empty: trackio if train.trackio."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """dtype of the update, reference and SFT passes (autocast; weights and loss stay fp32); auto: measured per host."""
+    """dtype of the GRPO update and reference passes (autocast; weights and loss stay fp32); auto: measured per host."""
+    sft_precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """dtype of the SFT warm start's passes; auto: fp32 on a CPU (bf16 seeding learned less there, measured), the
+    update's precision on a GPU."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the native engine runs: auto takes a CUDA device when torch sees one (`engine.device`), else the CPU."""
 
@@ -426,6 +429,8 @@ DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.toml"
 
 MADE_WITHOUT = {("rollout", "stop_at_answer"): False, ("train", "precision"): "fp32"}
 """Settings whose default changes behaviour, with the value a run made before they existed had."""
+MADE_WITHOUT_SPLIT = {("train", "sft_precision"): ("train", "precision")}
+"""Settings split off another one, with the setting that governed them before (its recorded value is theirs)."""
 
 
 def as_recorded(data: Any) -> Any:
@@ -435,6 +440,11 @@ def as_recorded(data: Any) -> Any:
         for (section, key), then in MADE_WITHOUT.items():
             if isinstance(data.get(section), dict) and key not in data[section]:
                 data = {**data, section: {**data[section], key: then}}
+        for (section, key), (from_section, from_key) in MADE_WITHOUT_SPLIT.items():
+            if isinstance(data.get(section), dict) and key not in data[section]:
+                then = data.get(from_section, {}).get(from_key)
+                if then is not None:
+                    data = {**data, section: {**data[section], key: then}}
     return data
 
 

@@ -30,7 +30,6 @@ it is slow: the user asked for it).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -48,13 +47,17 @@ Requested = Literal["auto", "fp32", "bf16"]
 CPU_BF16_LEARNS_AS_FP32 = False
 """Whether `auto` may pick bf16 on a CPU at all (see the module docstring: measured not to, here)."""
 BF16_MIN_SPEEDUP = 1.25
-"""bf16 must beat fp32 by this factor on the model's shapes to be chosen (autocast adds casts the matmul does not
-show)."""
+"""bf16 must beat fp32 by this factor on a forward + backward of the model (`update_seconds`) to be chosen."""
 BF16_MAX_K3 = 0.005
 """Most k3 KL per token between the model's bf16-autocast and fp32 log-probs for bf16 to be chosen."""
 PROBE_TOKENS = 256
-"""Rows of the timed matmuls: a micro-batch's worth of positions is thousands; 256 keeps the probe near a second."""
+"""Tokens of the timed forward + backward (the end of a reference transcript): the update's calls run 100-800
+positions each in the demo; 256 keeps the probe's four passes near 4 s on SmolLM2-135M on 2 cores."""
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+SEEDING_EVIDENCE = (
+    "bf16 SFT seeding learned less than fp32 from the same seeds (held-out success -17.5 points over 4 seeds, "
+    "benchmarks/results/seeding_precision.json)"
+)
 
 
 @dataclass(frozen=True)
@@ -88,31 +91,36 @@ def native_bf16(flags: set[str] | None = None) -> str | None:
     return next((f for f in NATIVE_BF16_FLAGS if f in flags), None)
 
 
-def _gflops(a: torch.Tensor, w: torch.Tensor, reps: int = 5) -> float:
-    torch.mm(a, w.T)  # warm-up: oneDNN picks and caches its kernel on the first call
-    start = time.perf_counter()
-    for _ in range(reps):
-        torch.mm(a, w.T)
-    seconds = (time.perf_counter() - start) / reps
-    return 2 * a.shape[0] * a.shape[1] * w.shape[0] / seconds / 1e9
+def update_seconds(model: Any, ids: list[int]) -> dict[str, float]:
+    """Seconds of one forward + backward of a transcript's log-probs in fp32 and under bf16 autocast (with the
+    frozen weights' bf16 copies, as the update runs them): the update's own pass, timed on the model, since a
+    matmul's rate leaves out what autocast adds (casts, attention and norms in bf16). The backward goes to the
+    input embeddings with every weight frozen, as it goes through the frozen base under LoRA; gradients are
+    dropped and every parameter's `requires_grad` is put back."""
+    device = next(model.parameters()).device
+    seq = torch.tensor([ids], device=device)
+    targets = seq[0, 1:]
+    grads = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    casts = FrozenCasts(model)
 
+    def pass_(precision: str) -> float:
+        start = time.perf_counter()
+        with casts.swapped(precision), update_autocast(precision, device.type):
+            embeds = model.get_input_embeddings()(seq).detach().requires_grad_()
+            logits = model(inputs_embeds=embeds, use_cache=False).logits[0, :-1].float()
+            loss = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).sum()
+            torch.autograd.grad(loss, embeds)
+        return time.perf_counter() - start
 
-@functools.cache
-def matmul_rates(hidden: int, intermediate: int) -> dict[str, float]:
-    """GFLOP/s of fp32 and bf16 matmuls at the model's MLP shapes (up and down projections), once per process."""
-    gen = torch.Generator(device="cpu").manual_seed(0)  # a probe of the CPU's kernels
-    rates: dict[str, float] = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        up = _gflops(
-            torch.randn(PROBE_TOKENS, hidden, generator=gen, device="cpu").to(dtype),
-            torch.randn(intermediate, hidden, generator=gen, device="cpu").to(dtype),
-        )
-        down = _gflops(
-            torch.randn(PROBE_TOKENS, intermediate, generator=gen, device="cpu").to(dtype),
-            torch.randn(hidden, intermediate, generator=gen, device="cpu").to(dtype),
-        )
-        rates[f"{name}_gflops"] = round(2 / (1 / up + 1 / down), 1)  # the rate of the pair, by time
-    return rates
+    try:
+        pass_("bf16")  # warm-up: oneDNN picks and caches its kernels on the first call of each shape and dtype
+        pass_("fp32")
+        return {"fp32_update_s": round(pass_("fp32"), 3), "bf16_update_s": round(pass_("bf16"), 3)}
+    finally:
+        for p, g in zip(model.parameters(), grads):
+            p.requires_grad_(g)
 
 
 @torch.no_grad()
@@ -160,19 +168,28 @@ def choose_precision(
         )
         return PrecisionChoice("auto", "fp32", why)
     model, ids = probe()
-    cfg = model.config
-    rates = matmul_rates(cfg.hidden_size, getattr(cfg, "intermediate_size", 4 * cfg.hidden_size))
-    speedup = rates["bf16_gflops"] / max(rates["fp32_gflops"], 1e-9)
-    measured = {**rates, "bf16_speedup": round(speedup, 2)}
+    seconds = update_seconds(model, ids[-PROBE_TOKENS:])
+    speedup = seconds["fp32_update_s"] / max(seconds["bf16_update_s"], 1e-9)
+    measured = {**seconds, "bf16_speedup": round(speedup, 2)}
     if speedup < BF16_MIN_SPEEDUP:
-        why = f"{flag}, but bf16 ran only {speedup:.2f}x fp32 on the model's shapes (needs {BF16_MIN_SPEEDUP}x)"
+        why = f"{flag}, but a bf16 update pass ran only {speedup:.2f}x fp32 here (needs {BF16_MIN_SPEEDUP}x)"
         return PrecisionChoice("auto", "fp32", why, measured)
     measured.update(bf16_agreement(model, ids))
     if measured["bf16_k3"] > BF16_MAX_K3:
         why = f"bf16 is {speedup:.2f}x faster, but moved log-probs by k3 {measured['bf16_k3']:.4f} (max {BF16_MAX_K3})"
         return PrecisionChoice("auto", "fp32", why, measured)
-    why = f"{flag}: bf16 {speedup:.2f}x fp32 on the model's shapes, log-prob k3 {measured['bf16_k3']:.4f} per token"
+    why = f"{flag}: a bf16 update pass {speedup:.2f}x fp32, log-prob k3 {measured['bf16_k3']:.4f} per token"
     return PrecisionChoice("auto", "bf16", why, measured)
+
+
+def choose_sft_precision(requested: Requested, update: Precision, device: str = "cpu") -> PrecisionChoice:
+    """The SFT warm start's precision for `train.sft_precision`, given the update's resolved one: auto keeps fp32
+    on a CPU (bf16 seeding learned less there, SEEDING_EVIDENCE) and follows the update on a GPU."""
+    if requested != "auto":
+        return PrecisionChoice(requested, requested, f"train.sft_precision = {requested} (forced)")
+    if device == "cuda":
+        return PrecisionChoice("auto", update, "the update's precision (CUDA)")
+    return PrecisionChoice("auto", "fp32", f"a CPU: {SEEDING_EVIDENCE}")
 
 
 @contextmanager
@@ -188,3 +205,48 @@ def compute_dtype(device_type: str, default: torch.dtype) -> torch.dtype:
     if torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return default
+
+
+class FrozenCasts:
+    """bf16 copies of a model's frozen linear weights, made once and swapped in for the passes of a bf16 update.
+
+    Autocast caches the casts of trainable leaves only: a frozen weight (every base weight under LoRA) is cast from
+    fp32 afresh by every linear call. The update runs the body once per group's prompt and once per distinct
+    completion length, in the reference pass and again in the forward, so the demo's bf16 update spent 5.4 of its
+    32.7 s in those casts (torch.profiler, `aten::copy_`), more than a third of its 12.5 s of matmuls. The copies
+    give every call the bf16 weight autocast would have made (the same numbers: autocast's cast of a bf16 tensor to
+    bf16 is none). The embedding (tied to the LM head in SmolLM2) keeps its fp32 weight: its lookup is not an
+    autocast op, so a bf16 copy would put the residual stream in bf16. Outside `swapped` the model is as it was:
+    rollouts and evaluations decode from the fp32 weights."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.copies: list[tuple[torch.nn.Parameter, torch.Tensor]] | None = None
+
+    def _build(self) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
+        embeddings = {id(m.weight) for m in (self.model.get_input_embeddings(), self.model.get_output_embeddings())}
+        return [
+            (m.weight, m.weight.detach().to(torch.bfloat16))
+            for m in self.model.modules()
+            if isinstance(m, torch.nn.Linear)
+            and not m.weight.requires_grad
+            and m.weight.dtype == torch.float32
+            and id(m.weight) not in embeddings
+        ]
+
+    @contextmanager
+    def swapped(self, precision: str) -> Iterator[None]:
+        """The bf16 copies in place of the frozen fp32 weights for the block (nothing unless `precision` is bf16)."""
+        if precision != "bf16":
+            yield
+            return
+        if self.copies is None:
+            self.copies = self._build()
+        originals = [p.data for p, _ in self.copies]
+        for p, copy in self.copies:
+            p.data = copy
+        try:
+            yield
+        finally:
+            for (p, _), original in zip(self.copies, originals):
+                p.data = original

@@ -20,8 +20,10 @@ from grpolab.alarms.drift import step_behaviour
 from grpolab.alarms.greedy_probe import probe_cost, probe_fields
 from grpolab.alarms.rules import AlarmWatch
 from grpolab.config import LabConfig
+from grpolab.engine.device import engine_device
 from grpolab.engine.evaluate import evaluate
 from grpolab.engine.policy import build_policy, resolve_precision
+from grpolab.engine.precision import choose_sft_precision
 from grpolab.engine.sft import check_sft_mix, sft_warm_start
 from grpolab.engine.trainer import StepResult
 from grpolab.envs import Environment, env_for
@@ -91,7 +93,16 @@ def _prepare(cfg: LabConfig, run: RunDir, env: Environment, progress: Progress, 
     t = cfg.train
     start = time.perf_counter()
     losses = sft_warm_start(
-        model, tokenizer, env, t.sft_steps, t.sft_batch_size, t.sft_learning_rate, cfg.seed, fmt, t.sft_mix, t.precision
+        model,
+        tokenizer,
+        env,
+        t.sft_steps,
+        t.sft_batch_size,
+        t.sft_learning_rate,
+        cfg.seed,
+        fmt,
+        t.sft_mix,
+        t.sft_precision,
     )
     run.write_sft({"loss": losses, "seconds": time.perf_counter() - start})
     run.save_warm_start(model)
@@ -145,6 +156,24 @@ def _start_point(
     return source, 0
 
 
+def _resolve_precisions(cfg: LabConfig, run: RunDir, env: Environment) -> tuple[LabConfig, str]:
+    """The config with `auto` precisions resolved on this host (recorded in its config.json, the reasons in
+    precision.json) and the line that says them. A resumed run keeps what its config.json recorded."""
+    t = cfg.train
+    if "auto" not in (t.precision, t.sft_precision):
+        return cfg, f"precision: {t.precision}, SFT {t.sft_precision}"
+    update = resolve_precision(cfg, env) if t.precision == "auto" else None
+    chosen = update.chosen if update is not None else t.precision
+    sft = choose_sft_precision(t.sft_precision, chosen, engine_device(cfg.train.device).type)
+    cfg = cfg.model_copy(deep=True)
+    cfg.train.precision, cfg.train.sft_precision = chosen, sft.chosen
+    run.write_config(cfg)
+    run.write_json(PRECISION_FILE, {**(update.as_dict() if update else {"chosen": chosen}), "sft": sft.as_dict()})
+    why = f" ({update.why})" if update is not None else ""
+    sft_why = f" ({sft.why})" if t.sft_precision == "auto" and t.sft_steps > 0 else ""
+    return cfg, f"precision: {chosen}{why}; SFT warm start: {sft.chosen}{sft_why}"
+
+
 def train(
     cfg: LabConfig,
     out: Path,
@@ -165,15 +194,7 @@ def train(
     try:
         run.write_env_facts(env.thought_required, rubric_of(env).letters())  # read by views that import nothing
         run.clear_stop()  # a stale stop request from an earlier process must not end this one
-        if cfg.train.precision == "auto":  # a resumed run keeps the precision its config.json recorded
-            choice = resolve_precision(cfg, env)
-            cfg = cfg.model_copy(deep=True)
-            cfg.train.precision = choice.chosen
-            run.write_config(cfg)
-            run.write_json(PRECISION_FILE, choice.as_dict())
-            precision_note = f"precision: {choice.chosen} ({choice.why})"
-        else:
-            precision_note = f"precision: {cfg.train.precision}"
+        cfg, precision_note = _resolve_precisions(cfg, run, env)
         if cfg.train.sft_steps > 0:
             check_sft_mix(env, cfg.train.sft_mix)  # before any model loads
         progress = Progress(cfg, quiet)

@@ -37,7 +37,7 @@ from grpolab.envs import env_for  # noqa: E402
 from grpolab.models import load_model  # noqa: E402
 from grpolab.rewards.functions import import_config_code  # noqa: E402
 from grpolab.trl.backend import LabRollout, prompt_rows, reward_functions, sft_rows  # noqa: E402
-from grpolab.trl.settings import bf16_here, micro_batch  # noqa: E402
+from grpolab.trl.settings import bf16_here, micro_batch, sft_bf16_here  # noqa: E402
 
 # Lab settings TRL cannot express (also printed by `grpolab export-trl`):  # @lab: unsupported
 
@@ -49,6 +49,9 @@ WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 EPISODES_PER_STEP = 16  # @lab: episodes
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BF16 = bf16_here(LAB_CONFIG.get("train", {}).get("precision", "fp32"))  # bf16 where this machine runs it natively
+SFT_BF16 = sft_bf16_here(  # the warm start's own: fp32 on a CPU under auto, where bf16 seeding learned less
+    LAB_CONFIG.get("train", {}).get("sft_precision", "fp32"), LAB_CONFIG.get("train", {}).get("precision", "fp32")
+)
 if EPISODES_PER_STEP % WORLD_SIZE:
     sys.exit(f"{EPISODES_PER_STEP} episodes per step do not split over {WORLD_SIZE} processes: change the count")
 MICRO_BATCH_CAP = 4  # @lab: micro_cap
@@ -75,7 +78,7 @@ def sft_args(output_dir: str) -> SFTConfig:
         weight_decay=0.0,
         max_grad_norm=1.0,
         completion_only_loss=True,  # loss on the assistant's own tokens only: tool responses are masked
-        bf16=BF16,
+        bf16=SFT_BF16,
         use_cpu=DEVICE == "cpu",
         gradient_checkpointing=False,
         save_strategy="no",

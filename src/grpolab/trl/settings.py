@@ -40,6 +40,14 @@ def bf16_here(precision: str = "auto") -> bool:
     return native_bf16() is not None
 
 
+def sft_bf16_here(sft_precision: str = "auto", precision: str = "auto") -> bool:
+    """Whether the SFT warm start trains in bf16 here: `train.sft_precision` where it is forced; auto: as the update
+    on a GPU, never on a CPU (bf16 seeding learned less there: `engine.precision.choose_sft_precision`)."""
+    if sft_precision != "auto":
+        return sft_precision == "bf16"
+    return torch.cuda.is_available() and bf16_here(precision)
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -294,7 +302,8 @@ MAPPED: dict[str, str] = {
     "train.trackio": "report_to (and the run loop's progress)",
     "train.report_to": "report_to (the run loop logs to trackio when it is named)",
     "train.trackio_project": "project (and the run loop's trackio project)",
-    "train.precision": "bf16 (and the SFT warm start's)",
+    "train.precision": "bf16",
+    "train.sft_precision": "the exported script's SFTConfig(bf16=...) (with TRL in the run loop, its own warm start)",
 }
 """Fields whose value reaches TRL, and where."""
 
