@@ -208,6 +208,38 @@ def _bf16_gradients(bg: dict) -> str:
     return f"| {title} | {'; '.join(cells)} | `{bg['command']}` | {bg['date']} |"
 
 
+def _update_precision(up: dict) -> str:
+    """The update's seconds per arm on one step of the demo's episodes, and each arm's speedup over fp32."""
+    cells = ", ".join(
+        f"{arm} {a['seconds']:.1f} s at best (reference {a.get('reference', 0):.1f} s, forward + backward "
+        f"{a.get('forward_backward', 0):.1f} s; {up['speedup_over_fp32'][arm]:.2f}x"
+        + (f"; rounds {min(up['rounds'][arm]):.1f}-{max(up['rounds'][arm]):.1f} s" if up.get("rounds") else "")
+        + ")"
+        for arm, a in up["arms"].items()
+    )
+    title = f"one GRPO update of the demo ({up['episodes']} episodes, {up['policy_tokens']} policy tokens) by precision"
+    return f"| {title} | {cells} | `{up['command']}` | {up['date']} |"
+
+
+def _demo_precision(dp: dict) -> str:
+    """The demo with its GRPO update in each precision: held-out success seed by seed and over the seeds."""
+    cells = []
+    for precision, runs in dp["runs"].items():
+        seeds = "; ".join(
+            f"seed {seed}: {pct(r['heldout_success']['0'])} -> {pct(list(r['heldout_success'].values())[-1])} in "
+            f"{r['wall_minutes']:.1f} min ({r['step_seconds_mean']:.1f} s a step)"
+            for seed, r in runs.items()
+        )
+        mean, low, high = dp["summary"][precision]["success_after_grpo"]
+        cells.append(f"{precision}: {seeds}; after GRPO {pct(mean)} [{pct(low)}-{pct(high)}]")
+    c = dp["config"]
+    title = (
+        f"the demo with {c['sft_steps']} fp32 SFT steps and {c['steps']} GRPO steps, the update in fp32 or bf16, "
+        f"held-out success after seeding -> after GRPO ({dp['heldout_tasks']} tasks)"
+    )
+    return f"| {title} | {' / '.join(cells)} | `{dp['command']}` | {dp['date']} |"
+
+
 def _seeding(sd: dict) -> str:
     cells = ", ".join(
         f"{r['sft_steps']}: {pct(r['tool_call_prob'])} / {pct(r['success'])}"
@@ -334,6 +366,12 @@ def rows() -> list[str]:
     bg = load("bf16_gradients")
     if bg:
         out.append(_bf16_gradients(bg))
+    up = load("update_precision")
+    if up:
+        out.append(_update_precision(up))
+    dpr = load("demo_precision")
+    if dpr:
+        out.append(_demo_precision(dpr))
     for name, what in LEARNING.items():
         lr = load(name)
         if lr and "arms" in lr:

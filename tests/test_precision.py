@@ -10,7 +10,6 @@ from grpolab.engine import precision
 from grpolab.engine.logprobs import linear_logprobs
 from grpolab.engine.policy import build_policy, resolve_precision
 from grpolab.engine.precision import (
-    FrozenCasts,
     choose_precision,
     choose_sft_precision,
     cpu_flags,
@@ -144,30 +143,6 @@ def test_a_bf16_update_step_trains_with_fp32_weights_and_loss(tiny):
     assert all(p.dtype == torch.float32 for p in model.parameters())
     after = dict(model.named_parameters())
     assert any(not torch.equal(before[n], after[n]) for n in before)
-
-
-def test_frozen_bf16_copies_give_autocasts_numbers_and_put_the_fp32_weights_back(tiny):
-    cfg, model, tok = tiny
-    ids = torch.tensor([tok("a tool call, then an answer").input_ids])
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    frozen = {n: p.data for n, p in model.named_parameters() if not p.requires_grad}
-
-    def loss_and_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        with update_autocast("bf16"):
-            loss = model(input_ids=ids, labels=ids).loss
-        return loss.detach(), list(torch.autograd.grad(loss, trainable))
-
-    plain = loss_and_grads()
-    casts = FrozenCasts(model)
-    with casts.swapped("bf16"):
-        swapped = loss_and_grads()
-        assert any(p.dtype == torch.bfloat16 for p in model.parameters())
-    assert casts.copies and len(casts.copies) < len(frozen)  # the embedding (tied to the head) keeps fp32
-    assert torch.equal(plain[0], swapped[0]) and all(torch.equal(a, b) for a, b in zip(plain[1], swapped[1]))
-    back = {n: p for n, p in model.named_parameters() if not p.requires_grad}
-    assert all(back[n].dtype == torch.float32 and back[n].data_ptr() == t.data_ptr() for n, t in frozen.items())
-    with casts.swapped("fp32"):
-        assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
 def test_sft_in_bf16_lowers_the_loss(tiny):

@@ -1,26 +1,29 @@
 """The precision of the update passes, chosen per host by measurement, never by assumption.
 
-The update (forward + backward), the reference pass and the SFT warm start run under autocast in the chosen dtype;
-weights, LoRA adapters, optimizer state, the loss and the log-probs stay fp32 (the LM head's log-softmax is taken
-in fp32 on logits computed in the chosen dtype: `engine.logprobs.LinearLogProbs`). Rollouts and evaluation decode in
-fp32 whatever is chosen here.
+The GRPO update (forward + backward) and the reference pass run under autocast in `train.precision`, the SFT warm
+start in `train.sft_precision`; weights, LoRA adapters, optimizer state, the loss and the log-probs stay fp32 (the
+LM head's log-softmax is taken in fp32 on logits computed in the chosen dtype: `engine.logprobs.LinearLogProbs`).
+Rollouts and evaluation decode in fp32 whatever is chosen here.
 
-`auto` keeps fp32 on a CPU (`CPU_BF16_LEARNS_AS_FP32`): SFT seeding under bf16 autocast reached lower held-out
-success than fp32 from the same seeds (benchmarks/results/seeding_precision.json, on an Intel Xeon with AMX and
-avx512_bf16; docs/results.md has the table), although the log-probs' agreement below passed there. No short check
-at the start of a run was found that predicts it (tried: the cosine of the bf16 and fp32 gradients of a reference
-transcript's loss, and the loss fall of 3 AdamW steps of a fresh LoRA policy in each; neither separated them).
-Why it learns less is not the LoRA path, the head's dtype or underflow (`benchmarks/bf16_gradients.py`, 2026-12-07):
-after one fp32 SFT step the bf16 gradient of a batch's loss is 26% off the fp32 one (cosine 0.98), and putting the
-LM head or the LoRA branch back in fp32 leaves it there (26%, 25%); its error is as large in the last 10 layers
-(19%) as in the first (28%), so it enters at the top, through the logits the bf16 body computes. After 10 steps it
-is 7%: the early steps, which seeding is made of, are the ones bf16 moves most.
-Until such a check exists, bf16 on a CPU is the user's call (`train.precision = "bf16"`). Where it is allowed
-again, the checks below decide; all three must hold:
+The warm start's `auto` is fp32 on a CPU (`choose_sft_precision`): SFT seeding under bf16 autocast reached lower
+held-out success than fp32 from the same seeds (benchmarks/results/seeding_precision.json, on an Intel Xeon with
+AMX and avx512_bf16; docs/results.md has the table), although the log-probs' agreement
+below passed there. No short check at the start of a run was found that predicts it (tried: the cosine of the bf16
+and fp32 gradients of a reference transcript's loss, and the loss fall of 3 AdamW steps of a fresh LoRA policy in
+each; neither separated them). Why it learns less is not the LoRA path, the head's dtype or underflow
+(`benchmarks/bf16_gradients.py`, 2026-12-07): after one fp32 SFT step the bf16 gradient of a batch's loss is 26% off
+the fp32 one (cosine 0.98), and putting the LM head or the LoRA branch back in fp32 leaves it there (26%, 25%); its
+error is as large in the last 10 layers (19%) as in the first (28%), so it enters at the top, through the logits the
+bf16 body computes. After 10 steps it is 7%: the early steps, which seeding is made of, are the ones bf16 moves most.
+
+The update's `auto` keeps fp32 on a CPU too while `CPU_BF16_LEARNS_AS_FP32` is False (the GRPO evidence:
+benchmarks/demo_precision.py, docs/decisions.md). Where it is allowed, the checks below decide; all three must hold:
 - the CPU has native bf16 dot products (the `avx512_bf16` or `amx_bf16` flag): without them a bf16 matmul is
   emulated, and on an AVX2-only AMD EPYC (2026-12-03) `torch.mm` 1024^3 ran at 0.84 GFLOP/s in bf16 against 149 in
   fp32, so the slow dtype is never timed there;
-- a bf16 matmul at the model's own shapes (tokens x hidden -> intermediate, and back) beats fp32 by BF16_MIN_SPEEDUP;
+- a forward + backward of the model on the end of a reference transcript (`update_seconds`) beats fp32 by
+  BF16_MIN_SPEEDUP: the update's own pass, since a bare matmul (2.2x on an AVX512-BF16 EPYC) leaves out autocast's
+  casts and the attention and norms in bf16 (the demo's whole update: 1.3x, benchmarks/update_precision.py);
 - the model's log-probs on a fixed sequence under bf16 autocast agree with fp32 within BF16_MAX_K3 nats per token
   (k3 estimator; weight-only int8 rollouts measured 0.0026 on the demo and were accepted, bf16 0.0008 on an
   AVX512-BF16 EPYC).
@@ -92,9 +95,9 @@ def native_bf16(flags: set[str] | None = None) -> str | None:
 
 
 def update_seconds(model: Any, ids: list[int]) -> dict[str, float]:
-    """Seconds of one forward + backward of a transcript's log-probs in fp32 and under bf16 autocast (with the
-    frozen weights' bf16 copies, as the update runs them): the update's own pass, timed on the model, since a
-    matmul's rate leaves out what autocast adds (casts, attention and norms in bf16). The backward goes to the
+    """Seconds of one forward + backward of a transcript's log-probs in fp32 and under bf16 autocast: the update's
+    own pass, timed on the model, since a matmul's rate leaves out what autocast adds (casts, attention and norms
+    in bf16). The backward goes to the
     input embeddings with every weight frozen, as it goes through the frozen base under LoRA; gradients are
     dropped and every parameter's `requires_grad` is put back."""
     device = next(model.parameters()).device
@@ -103,11 +106,9 @@ def update_seconds(model: Any, ids: list[int]) -> dict[str, float]:
     grads = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)
-    casts = FrozenCasts(model)
-
     def pass_(precision: str) -> float:
         start = time.perf_counter()
-        with casts.swapped(precision), update_autocast(precision, device.type):
+        with update_autocast(precision, device.type):
             embeds = model.get_input_embeddings()(seq).detach().requires_grad_()
             logits = model(inputs_embeds=embeds, use_cache=False).logits[0, :-1].float()
             loss = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).sum()
@@ -206,47 +207,3 @@ def compute_dtype(device_type: str, default: torch.dtype) -> torch.dtype:
         return torch.get_autocast_dtype(device_type)
     return default
 
-
-class FrozenCasts:
-    """bf16 copies of a model's frozen linear weights, made once and swapped in for the passes of a bf16 update.
-
-    Autocast caches the casts of trainable leaves only: a frozen weight (every base weight under LoRA) is cast from
-    fp32 afresh by every linear call. The update runs the body once per group's prompt and once per distinct
-    completion length, in the reference pass and again in the forward, so the demo's bf16 update spent 5.4 of its
-    32.7 s in those casts (torch.profiler, `aten::copy_`), more than a third of its 12.5 s of matmuls. The copies
-    give every call the bf16 weight autocast would have made (the same numbers: autocast's cast of a bf16 tensor to
-    bf16 is none). The embedding (tied to the LM head in SmolLM2) keeps its fp32 weight: its lookup is not an
-    autocast op, so a bf16 copy would put the residual stream in bf16. Outside `swapped` the model is as it was:
-    rollouts and evaluations decode from the fp32 weights."""
-
-    def __init__(self, model: Any):
-        self.model = model
-        self.copies: list[tuple[torch.nn.Parameter, torch.Tensor]] | None = None
-
-    def _build(self) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
-        embeddings = {id(m.weight) for m in (self.model.get_input_embeddings(), self.model.get_output_embeddings())}
-        return [
-            (m.weight, m.weight.detach().to(torch.bfloat16))
-            for m in self.model.modules()
-            if isinstance(m, torch.nn.Linear)
-            and not m.weight.requires_grad
-            and m.weight.dtype == torch.float32
-            and id(m.weight) not in embeddings
-        ]
-
-    @contextmanager
-    def swapped(self, precision: str) -> Iterator[None]:
-        """The bf16 copies in place of the frozen fp32 weights for the block (nothing unless `precision` is bf16)."""
-        if precision != "bf16":
-            yield
-            return
-        if self.copies is None:
-            self.copies = self._build()
-        originals = [p.data for p, _ in self.copies]
-        for p, copy in self.copies:
-            p.data = copy
-        try:
-            yield
-        finally:
-            for (p, _), original in zip(self.copies, originals):
-                p.data = original

@@ -40,7 +40,7 @@ from grpolab.engine.grpo import (
 from grpolab.engine.logprobs import SharedPrefix, TokenStats, group_token_stats
 from grpolab.engine.phases import Phases
 from grpolab.engine.policy import resolve_precision
-from grpolab.engine.precision import FrozenCasts, update_autocast
+from grpolab.engine.precision import update_autocast
 from grpolab.engine.rollout import Episode, run_episodes, sampling_settings
 from grpolab.engine.sampler import make_sampler
 from grpolab.envs.base import Environment, Task
@@ -160,7 +160,6 @@ class GRPOTrainer:
         requested = cfg.train.precision
         self.precision = requested if requested != "auto" else resolve_precision(cfg, env, model, tokenizer).chosen
         """dtype of the update's passes (`engine.precision`): the run loop records a resolved choice in the config."""
-        self.frozen = FrozenCasts(model)
 
     # ---- rollouts ----
 
@@ -245,12 +244,6 @@ class GRPOTrainer:
                 c.ref = logp
 
     def update(self, episodes: list[Episode], advantages: Tensor, phases: Phases) -> dict[str, float]:
-        """The reference pass and `grpo.mu` epochs of forward/backward + optimizer step over the episodes; in a bf16
-        update the frozen weights' bf16 copies stand in for them throughout (`FrozenCasts`)."""
-        with self.frozen.swapped(self.precision):
-            return self._update(episodes, advantages, phases)
-
-    def _update(self, episodes: list[Episode], advantages: Tensor, phases: Phases) -> dict[str, float]:
         cfg = self.cfg.grpo
         eps_high = cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon
         chunks = self._chunks(episodes, skip=cfg.mask_truncated_completions)
