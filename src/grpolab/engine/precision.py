@@ -106,6 +106,7 @@ def update_seconds(model: Any, ids: list[int]) -> dict[str, float]:
     grads = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)
+
     def pass_(precision: str) -> float:
         start = time.perf_counter()
         with update_autocast(precision, device.type):
@@ -206,4 +207,3 @@ def compute_dtype(device_type: str, default: torch.dtype) -> torch.dtype:
     if torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return default
-
