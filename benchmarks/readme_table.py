@@ -357,21 +357,16 @@ def rows() -> list[str]:
             fig = f"success {pct(b['success'])}, episodes that call a tool {pct(b['tool_call_prob'])}"
             what = f"the base model ({b['model']}), {b['heldout_tasks']} held-out tasks of {b['config']}, greedy"
             out.append(f"| {what} | {fig} | `{b['command']}` | {b['date']} |")
-    sd = load("seeding")
-    if sd:
-        out.append(_seeding(sd))
-    sp = load("seeding_precision")
-    if sp:
-        out.append(_seeding_precision(sp))
-    bg = load("bf16_gradients")
-    if bg:
-        out.append(_bf16_gradients(bg))
-    up = load("update_precision")
-    if up:
-        out.append(_update_precision(up))
-    dpr = load("demo_precision")
-    if dpr:
-        out.append(_demo_precision(dpr))
+    for name, render in (
+        ("seeding", _seeding),
+        ("seeding_precision", _seeding_precision),
+        ("bf16_gradients", _bf16_gradients),
+        ("update_precision", _update_precision),
+        ("demo_precision", _demo_precision),
+    ):
+        result = load(name)
+        if result:
+            out.append(render(result))
     for name, what in LEARNING.items():
         lr = load(name)
         if lr and "arms" in lr:
