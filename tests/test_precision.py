@@ -185,3 +185,17 @@ def test_a_run_made_before_the_precision_field_reads_back_as_fp32():
     assert old.precision == old.sft_precision == "fp32"
     data["train"]["precision"] = "bf16"  # before the split, the warm start ran in the update's precision
     assert LabConfig.model_validate(as_recorded(data)).train.sft_precision == "bf16"
+
+
+def test_a_run_not_yet_loaded_is_judged_on_the_device_it_will_use(monkeypatch):
+    """The run loop resolves precision before any model loads: on a machine with a GPU that is CUDA's rule (bf16
+    where supported), not the CPU's."""
+    cfg = load_config(None, SMALL)
+    env = env_for(cfg)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    choice = resolve_precision(cfg, env)
+    assert choice.chosen == "bf16" and "CUDA" in choice.why
+    assert choose_sft_precision("auto", choice.chosen, "cuda").chosen == "bf16"
+    cfg.train.device = "cpu"  # the user kept the run on the CPU: the CPU's rule
+    assert "CUDA" not in resolve_precision(cfg, env).why

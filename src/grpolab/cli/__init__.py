@@ -91,6 +91,11 @@ def config(
         console.print(f"train.precision {cfg.train.precision}: not resolved here ({exc})", markup=False)
         return
     console.print(f"train.precision {choice.requested} -> {choice.chosen} on this host: {choice.why}", markup=False)
+    from grpolab.engine.device import engine_device
+    from grpolab.engine.precision import choose_sft_precision
+
+    sft = choose_sft_precision(cfg.train.sft_precision, choice.chosen, engine_device(cfg.train.device).type)
+    console.print(f"train.sft_precision {sft.requested} -> {sft.chosen} on this host: {sft.why}", markup=False)
 
 
 @app.command("new-env")

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
-from grpolab.engine.device import place
+from grpolab.engine.device import engine_device, place
 from grpolab.engine.precision import PrecisionChoice, choose_precision
 from grpolab.engine.sft import reference_tokens
 from grpolab.envs.base import Environment
@@ -110,5 +110,7 @@ def resolve_precision(cfg: LabConfig, env: Environment, model: Any = None, token
         prompt, completion, _ = reference_tokens(tok, env, env.tasks("train")[0])
         return m, (prompt + completion)[-512:]
 
-    device = next(model.parameters()).device.type if model is not None else "cpu"
+    # the device the run will use: a model not loaded yet goes where `train.device` puts it (a CUDA run must not be
+    # judged by the CPU's rules)
+    device = next(model.parameters()).device.type if model is not None else engine_device(cfg.train.device).type
     return choose_precision(cfg.train.precision, probe, device)

@@ -164,9 +164,10 @@ def choose_precision(
         return PrecisionChoice("auto", "fp32", why)
     if not CPU_BF16_LEARNS_AS_FP32:
         why = (
-            f"{flag} is here, but bf16 SFT seeding learned less than fp32 from the same seeds on CPUs "
-            "(benchmarks/results/seeding_precision.json) and no short check predicts it yet; "
-            'train.precision = "bf16" forces it'
+            f"{flag} is here, but bf16 learned less than fp32 from the same seeds on CPUs: in SFT seeding "
+            "(benchmarks/results/seeding_precision.json) and in the demo's GRPO update "
+            "(benchmarks/results/demo_precision.json), and no short check predicts it yet; "
+            'train.precision = "bf16" forces it (the warm start keeps its own train.sft_precision)'
         )
         return PrecisionChoice("auto", "fp32", why)
     model, ids = probe()

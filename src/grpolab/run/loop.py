@@ -162,16 +162,14 @@ def _resolve_precisions(cfg: LabConfig, run: RunDir, env: Environment) -> tuple[
     t = cfg.train
     if "auto" not in (t.precision, t.sft_precision):
         return cfg, f"precision: {t.precision}, SFT {t.sft_precision}"
-    update = resolve_precision(cfg, env) if t.precision == "auto" else None
-    chosen = update.chosen if update is not None else t.precision
-    sft = choose_sft_precision(t.sft_precision, chosen, engine_device(cfg.train.device).type)
+    update = resolve_precision(cfg, env)  # a forced one is kept as it is, with no probe
+    sft = choose_sft_precision(t.sft_precision, update.chosen, engine_device(cfg.train.device).type)
     cfg = cfg.model_copy(deep=True)
-    cfg.train.precision, cfg.train.sft_precision = chosen, sft.chosen
+    cfg.train.precision, cfg.train.sft_precision = update.chosen, sft.chosen
     run.write_config(cfg)
-    run.write_json(PRECISION_FILE, {**(update.as_dict() if update else {"chosen": chosen}), "sft": sft.as_dict()})
-    why = f" ({update.why})" if update is not None else ""
-    sft_why = f" ({sft.why})" if t.sft_precision == "auto" and t.sft_steps > 0 else ""
-    return cfg, f"precision: {chosen}{why}; SFT warm start: {sft.chosen}{sft_why}"
+    run.write_json(PRECISION_FILE, {**update.as_dict(), "sft": sft.as_dict()})
+    line = f"precision: {update.chosen} ({update.why})"
+    return cfg, line + (f"; SFT warm start: {sft.chosen} ({sft.why})" if t.sft_steps > 0 else "")
 
 
 def train(

@@ -8,7 +8,7 @@ runs/NAME/eval/LABEL.jsonl      held-out episodes of one evaluation (base, 0, st
 runs/NAME/eval/probe-LABEL.jsonl  the greedy probe's train-task episodes at that evaluation (`alarms.probe_tasks`)
 runs/NAME/eval/summary.json     held-out metrics by evaluation label (and the probe's `probe/...` fields)
 runs/NAME/preflight.json        probes (and learnability when `check --save` wrote it)
-runs/NAME/precision.json      the update's precision: asked, chosen, why, and the probe's figures
+runs/NAME/precision.json      the update's precision: asked, chosen, why, the probe's figures; `sft`: the warm start's
 runs/NAME/sft.json, sft/        SFT losses and the warm start's trainable weights (sft/manifest.json: checksum)
 runs/NAME/checkpoints/step-N/   trainable weights, optimizer, RNG state, step
 runs/NAME/checkpoints/damaged-step-N-T/     a checkpoint that failed its checksum or could not be loaded, set aside
