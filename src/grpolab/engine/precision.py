@@ -97,9 +97,8 @@ def native_bf16(flags: set[str] | None = None) -> str | None:
 def update_seconds(model: Any, ids: list[int]) -> dict[str, float]:
     """Seconds of one forward + backward of a transcript's log-probs in fp32 and under bf16 autocast: the update's
     own pass, timed on the model, since a matmul's rate leaves out what autocast adds (casts, attention and norms
-    in bf16). The backward goes to the
-    input embeddings with every weight frozen, as it goes through the frozen base under LoRA; gradients are
-    dropped and every parameter's `requires_grad` is put back."""
+    in bf16). The backward goes to the input embeddings with every weight frozen, as it goes through the frozen
+    base under LoRA; gradients are dropped and every parameter's `requires_grad` is put back."""
     device = next(model.parameters()).device
     seq = torch.tensor([ids], device=device)
     targets = seq[0, 1:]

@@ -161,7 +161,7 @@ def _resolve_precisions(cfg: LabConfig, run: RunDir, env: Environment) -> tuple[
     precision.json) and the line that says them. A resumed run keeps what its config.json recorded."""
     t = cfg.train
     if "auto" not in (t.precision, t.sft_precision):
-        return cfg, f"precision: {t.precision}, SFT {t.sft_precision}"
+        return cfg, f"precision: {t.precision}" + (f"; SFT warm start: {t.sft_precision}" if t.sft_steps > 0 else "")
     update = resolve_precision(cfg, env)  # a forced one is kept as it is, with no probe
     sft = choose_sft_precision(t.sft_precision, update.chosen, engine_device(cfg.train.device).type)
     cfg = cfg.model_copy(deep=True)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from grpolab.config import LabConfig
-from grpolab.engine.precision import native_bf16
+from grpolab.engine.precision import choose_sft_precision, native_bf16
 from grpolab.engine.trainer import MICRO_BATCH_TOKENS
 from grpolab.errors import UserError
 from grpolab.models import LORA_FIELDS, peft_lora_args
@@ -41,11 +41,11 @@ def bf16_here(precision: str = "auto") -> bool:
 
 
 def sft_bf16_here(sft_precision: str = "auto", precision: str = "auto") -> bool:
-    """Whether the SFT warm start trains in bf16 here: `train.sft_precision` where it is forced; auto: as the update
-    on a GPU, never on a CPU (bf16 seeding learned less there: `engine.precision.choose_sft_precision`)."""
-    if sft_precision != "auto":
-        return sft_precision == "bf16"
-    return torch.cuda.is_available() and bf16_here(precision)
+    """Whether the SFT warm start trains in bf16 here: the native rule (`engine.precision.choose_sft_precision`:
+    forced, or under auto as the update on a GPU and fp32 on a CPU), with TRL's update precision (`bf16_here`)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    update = "bf16" if bf16_here(precision) else "fp32"
+    return choose_sft_precision(sft_precision, update, device).chosen == "bf16"
 
 
 @dataclass(frozen=True)
