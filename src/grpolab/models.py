@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from platformdirs import user_cache_dir
 
+from grpolab.allocator import keep_freed_memory
 from grpolab.errors import UserError
 from grpolab.files.atomic import atomic_write_dir
 from grpolab.files.locks import locked
@@ -213,6 +214,7 @@ def quiet_transformers() -> None:
 def load_model(name: str, dtype: torch.dtype | None = None, seed: int = 0) -> tuple[Any, Any]:
     """Load (model, tokenizer) by lab name: `smollm2`, a tiny model (`TINY_ARCHITECTURES`), a Hugging Face id or a
     local path."""
+    keep_freed_memory()  # this process is about to train or decode: freed tensors' memory stays for the next step
     quiet_transformers()
     dtype = dtype or default_dtype()
     if name == EMBEDDED:
