@@ -62,6 +62,39 @@ def test_the_probes_run_each_tasks_reference_once_and_edit_that_run(finance, mon
     assert len(built) == 4  # outside, each call runs it again
 
 
+def test_the_probes_run_each_distinct_call_once_and_score_as_before(finance, monkeypatch):
+    """The probes' edits of a task's honest transcript replay its calls: each of a user's tools ran in a forked
+    child every time. Inside run_probes a call runs once per toolbox, and every score is the one it was."""
+    from grpolab.rewards import replay
+
+    tasks = finance.tasks("train")[:3]
+    before = [
+        (r.probe, r.task_id, r.score.total, r.score.reasons) for r in run_probes(finance, tasks, DEFAULT, 100, count)
+    ]
+    ran: list[str] = []
+    run = replay.call_result
+
+    def counted(toolbox, call):  # noqa: ANN001, ANN202
+        if call.ok:  # a malformed call runs nothing: its error is the response
+            ran.append(f"{id(toolbox)} {call.name} {json.dumps(call.arguments, sort_keys=True)}")
+        return run(toolbox, call)
+
+    monkeypatch.setattr(replay, "call_result", counted)
+    with replay.calls_answered_once():
+        after = run_probes(finance, tasks, DEFAULT, 100, count)
+    assert [(r.probe, r.task_id, r.score.total, r.score.reasons) for r in after] == before
+    assert ran and len(ran) == len(set(ran))  # each distinct call ran once
+    ran.clear()
+    run_probes(finance, tasks, DEFAULT, 100, count)
+    assert len(ran) == len(set(ran))  # run_probes enters the scope itself
+    from grpolab.rewards.score import score_transcript
+
+    reference = finance.reference_transcript(tasks[0])
+    for _ in range(2):
+        score_transcript(finance, tasks[0], reference, DEFAULT, 100, count_tokens=count)
+    assert len(ran) > len(set(ran))  # outside it, every replay runs its calls
+
+
 def test_format_only_weights_are_gameable_by_dummy_tags(finance):
     results = run_probes(finance, finance.tasks("train")[:3], FORMAT_ONLY, 100, count)
     lines = gameable_lines(results)

@@ -15,6 +15,7 @@ from typing import TypeVar
 from grpolab.envs.base import Environment, Task, references_once
 from grpolab.protocol import render_thought, render_tool_call, render_tool_response, response_json
 from grpolab.rewards.components import THOUGHT_MIN_WORDS
+from grpolab.rewards.replay import calls_answered_once
 from grpolab.rewards.score import Score, score_transcript
 
 R = TypeVar("R", bound="BesideHonest")
@@ -221,7 +222,7 @@ def score_beside_honest(
         )
 
     out = []
-    with references_once(env):  # every builder edits the one honest run of a task's tools
+    with references_once(env), calls_answered_once():  # every builder edits the one honest run of a task's tools
         for task in tasks:
             reference = env.reference_transcript(task)
             honest = score(task, reference)

@@ -16,6 +16,10 @@ cost seconds.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +35,45 @@ def call_result(toolbox: ToolBox, call: ToolCall) -> ToolResult:
     if not call.ok:
         return ToolResult({"error": call.error})
     return toolbox.call(call.name, call.arguments)
+
+
+_ANSWERED: ContextVar[dict[int, tuple[ToolBox, dict[str, ToolResult]]] | None] = ContextVar("answered", default=None)
+"""Inside `calls_answered_once`: per toolbox (by id; the toolbox is kept, so its id is not reused), each call's
+result by its tool and arguments."""
+
+
+@contextmanager
+def calls_answered_once() -> Iterator[None]:
+    """Within it, replaying a call that a toolbox already answered (the same tool, the same arguments) reads the
+    first answer instead of running the tool again; a stateful environment's calls always run (each replay is an
+    episode of its own). Replay runs the calls again only where the environment's tools are deterministic (see the
+    module docstring), so the answer is the one a second run would give. The probes and shortcuts score some twenty
+    edits of each task's honest transcript, most with its calls: each of a user's tools ran in a forked child per
+    call, 168 forks in one `grpolab check` on the tiny model, 12 distinct calls; a fork costs more the larger the
+    process (17 ms there, with the model loaded). Nested uses share the outer one."""
+    if _ANSWERED.get() is not None:
+        yield
+        return
+    token = _ANSWERED.set({})
+    try:
+        yield
+    finally:
+        _ANSWERED.reset(token)
+
+
+def _replayed(toolbox: ToolBox, call: ToolCall, stateful: bool) -> ToolResult:
+    """`call_result`, from the first answer to the same call inside `calls_answered_once`."""
+    answered = _ANSWERED.get()
+    if answered is None or stateful or not call.ok:
+        return call_result(toolbox, call)
+    try:
+        key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+    except (RecursionError, ValueError):  # arguments JSON cannot key: run it
+        return call_result(toolbox, call)
+    results = answered.setdefault(id(toolbox), (toolbox, {}))[1]
+    if key not in results:
+        results[key] = call_result(toolbox, call)
+    return results[key]
 
 
 @dataclass
@@ -104,7 +147,7 @@ def replay(env: Environment, task: Task, text: str, recording: Recording | None 
                     f"{MAX_REPLAYED_CALLS} calls per transcript (the replay cap)"
                 )
             else:
-                call, result = pending, call_result(toolbox, pending)
+                call, result = pending, _replayed(toolbox, pending, stateful=out.episode is not None)
                 out.real_responses.append(result.response)
                 if result.timed_out:
                     not_credited[len(out.calls) - 1] = f"{result.response['error']}: no credit for a timed-out call"
