@@ -425,6 +425,9 @@ def rows() -> list[str]:
             f"{ms['waiting_for_exit']:.1f} ms); the same child call without torch loaded "
             f"{tc['ms_per_call_without_torch']:.1f} ms; on a thread (grpolab's own tools) {ms['thread']:.2f} ms"
         )
+        if "ms_per_call_holding" in tc:
+            held = tc["ms_per_call_holding"]
+            fig += f"; in a caller holding 1 GB more {held['1_gb']:.1f} ms, 4 GB more {held['4_gb']:.1f} ms"
         out.append(f"| a tool call's isolation | {fig} | `{tc['command']}` | {tc['date']} |")
     cc = load("chart_cost")
     if cc:

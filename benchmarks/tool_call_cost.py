@@ -7,7 +7,9 @@ imported torch and transformers, as a trainer's or `check`'s process has, in alt
 shipped (the killed child is reaped on a thread of its own), with the caller waiting for the child's exit as it did
 before, and on a thread instead of a child (`isolate=False`, what grpolab's own tools do). The same call in a fresh
 process without torch (the child call alone) is measured in a child interpreter: a fork copies the caller's address
-space, so its cost is the kernel's, set by what the caller has loaded. Reports median milliseconds per call (ratios
+space, so its cost is the kernel's, set by what the caller has loaded. Last, the shipped call again with the caller
+holding 1 GB and then 4 GB more of written tensors (a trainer holds its model, optimizer state and activations: the
+demo's peaks at 5-6 GB): a fork copies page tables in proportion. Reports median milliseconds per call (ratios
 measured in one run).
 """
 
@@ -72,7 +74,7 @@ def main() -> None:
     fresh = subprocess.run(
         [sys.executable, __file__, "--bare", "--rounds", str(args.rounds)], capture_output=True, text=True, check=True
     )
-    import torch  # noqa: F401  (what a trainer's process has loaded)
+    import torch  # what a trainer's process has loaded
     import transformers  # noqa: F401
     from common import write_results
 
@@ -100,11 +102,19 @@ def main() -> None:
             per[arm].append(ms_per_call(tool))
     tools._REAPER.reap = shipped
     ms = {arm: round(statistics.median(v), 2) for arm, v in per.items()}
+    held: list[torch.Tensor] = []
+    holding: dict[str, float] = {}
+    for gb in (1, 4):
+        while len(held) < gb * 4:  # 256 MB tensors, every page written
+            held.append(torch.ones(64 << 20))
+        holding[f"{gb}_gb"] = round(statistics.median(ms_per_call(isolated, 10) for _ in range(args.rounds)), 2)
+    del held
     result = {
         "calls_per_round": CALLS,
         "rounds": args.rounds,
         "ms_per_call": ms,
         "ms_per_call_without_torch": round(json.loads(fresh.stdout), 2),
+        "ms_per_call_holding": holding,
         "date": time.strftime("%Y-%m-%d"),
         "command": "python benchmarks/tool_call_cost.py",
     }
