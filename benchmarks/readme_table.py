@@ -221,6 +221,18 @@ def _update_precision(up: dict) -> str:
     return f"| {title} | {cells} | `{up['command']}` | {up['date']} |"
 
 
+def _sft_prefix(sp: dict) -> str:
+    """An SFT step with the prompts' shared opening run once, against every prompt run whole."""
+    sec, tokens = sp["seconds_per_step"], sp["tokens_per_step"]
+    cells = (
+        f"{sec['shared_opening']:.1f} s a step ({tokens['shared_opening']} tokens) against "
+        f"{sec['whole_prompts']:.1f} s ({tokens['whole_prompts']} tokens): {sp['speedup']:.2f}x; the opening "
+        f"{sp['shared_opening_tokens']} tokens, the losses within {sp['max_loss_difference']:.0e}"
+    )
+    title = f"an SFT warm-start step of the demo ({sp['batch_size']} transcripts), the prompts' shared opening run once"
+    return f"| {title} | {cells} | `{sp['command']}` | {sp['date']} |"
+
+
 def _demo_precision(dp: dict) -> str:
     """The demo with its GRPO update in each precision: held-out success seed by seed and over the seeds."""
     cells = []
@@ -362,6 +374,7 @@ def rows() -> list[str]:
         ("seeding_precision", _seeding_precision),
         ("bf16_gradients", _bf16_gradients),
         ("update_precision", _update_precision),
+        ("sft_prefix", _sft_prefix),
         ("demo_precision", _demo_precision),
     ):
         result = load(name)

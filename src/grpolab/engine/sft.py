@@ -4,6 +4,10 @@ The transcripts are tokenised piece by piece (policy text, then each tool respon
 rollout builds them in the episode format (`grpolab.formats`), so SFT teaches the token boundaries the policy will
 produce.
 
+A step's transcripts share their prompt's opening (the system prompt, with the tools' schemas): it runs once, and each
+transcript runs from where the prompts part, on its keys and values (`logprobs.SharedPrefix`, as the GRPO update
+shares a group's prompt); the gradient is the same sum, taken in another order.
+
 Which transcripts: every train task equally likely by default, so a kind's share of the warm start is its share of
 the train split. `train.sft_mix` weighs kinds instead: on BFCL's five categories the count-proportional draw gave
 parallel answers (2-8 calls) two thirds of the loss tokens, and the model learnt to follow a call with another one.
@@ -16,7 +20,7 @@ from typing import Any
 
 import torch
 
-from grpolab.engine.logprobs import make_batch, token_logprobs
+from grpolab.engine.logprobs import SharedPrefix, group_token_stats, make_batch, token_logprobs
 from grpolab.engine.precision import update_autocast
 from grpolab.envs.base import Environment, Task
 from grpolab.errors import UserError
@@ -81,20 +85,47 @@ def sft_warm_start(
     model.train()
     for batch_tasks in sft_batches(env.tasks("train"), steps, batch_size, seed, mix):
         examples = [reference_tokens(tokenizer, env, t, fmt) for t in batch_tasks]
-        total = max(sum(sum(m) for _, _, m in examples), 1)
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        # one transcript per forward/backward: no padding work, and a quarter of the activations of the batch;
-        # the summed gradients equal the batch's (the loss is normalised by the batch's token count)
-        for prompt, completion, mask in examples:
-            batch = make_batch([prompt], [completion], [mask], pad)
-            with update_autocast(precision, device_type):
-                logp = token_logprobs(model, batch)
-            loss = -(logp * batch.mask.to(logp.device)).sum() / total
-            loss.backward()
-            loss_sum += loss.item()
+        loss_sum = sft_gradients(model, examples, pad, precision, device_type)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         losses.append(loss_sum)
     model.eval()
     return losses
+
+
+def shared_length(prompts: list[list[int]]) -> int:
+    """How many leading tokens every prompt has in common."""
+    n = min(len(p) for p in prompts)
+    for p in prompts[1:]:
+        n = next((i for i in range(n) if p[i] != prompts[0][i]), n)
+    return n
+
+
+def sft_gradients(
+    model: Any, examples: list[tuple[list[int], list[int], list[int]]], pad: int, precision: str, device_type: str
+) -> float:
+    """Accumulate one step's gradient of the loss on the (prompt, completion, mask) examples' policy tokens,
+    normalised by the step's token count; returns the loss. One transcript per forward/backward (no padding work,
+    a transcript's activations at a time); the prompts' shared opening runs once (`shared_length`)."""
+    total = max(sum(sum(m) for _, _, m in examples), 1)
+    shared = shared_length([p for p, _, _ in examples])
+    prefix = SharedPrefix(model)
+    loss_sum = 0.0
+    for prompt, completion, mask in examples:
+        with update_autocast(precision, device_type):
+            if shared:  # the rest of the prompt is context (mask 0), as a tool's output is
+                head = prompt[:shared]
+                rest, rest_mask = prompt[shared:] + completion, [0] * (len(prompt) - shared) + mask
+                stats, where = group_token_stats(
+                    model, head, [rest], [rest_mask], pad, with_entropy=False, prefix=prefix.get(head)
+                )
+                logp = stats.logp * where
+            else:
+                batch = make_batch([prompt], [completion], [mask], pad)
+                logp = token_logprobs(model, batch) * batch.mask.to(device_type)
+        loss = -logp.sum() / total
+        loss.backward()
+        loss_sum += loss.item()
+    prefix.flush()  # the opening's gradient, summed over the examples, through its forward once
+    return loss_sum
