@@ -5,7 +5,8 @@ unmaps it when it is freed, and gives the heap's free top back to the kernel abo
 and frees tensors of that size by the hundred (activations, a chunk's logits, TRL's full logits), so each one faults
 its pages in again, and the kernel zeroes every 4 KB page: system time, not compute. Measured with `perf stat` on the
 exported TRL script at the tests' tiny shape (one process, 1 SFT + 2 GRPO steps): 5.4M page faults, 12.6 s of system
-time in 23 s; with the thresholds below 1.0M page faults, 4.7 s of system time in 15 s.
+time in 23 s; with the settings below 1.5M page faults, 5.6 s of system time in 15.5 s. The native loop's step at the
+demo's shape did not change (its page faults are not these).
 
 The price: memory a step freed stays with the process for the next step instead of going back to the kernel, so the
 resident size sits at its peak (the peak itself is what the step needs either way). Blocks of 1 GiB and more still

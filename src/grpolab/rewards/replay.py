@@ -46,11 +46,13 @@ result by its tool and arguments."""
 def calls_answered_once() -> Iterator[None]:
     """Within it, replaying a call that a toolbox already answered (the same tool, the same arguments) reads the
     first answer instead of running the tool again; a stateful environment's calls always run (each replay is an
-    episode of its own). Replay runs the calls again only where the environment's tools are deterministic (see the
-    module docstring), so the answer is the one a second run would give. The probes and shortcuts score some twenty
-    edits of each task's honest transcript, most with its calls: each of a user's tools ran in a forked child per
-    call, 168 forks in one `grpolab check` on the tiny model, 12 distinct calls; a fork costs more the larger the
-    process (17 ms there, with the model loaded). Nested uses share the outer one."""
+    episode of its own). Where the tools are deterministic (the built-in environments, the scaffold's) the first
+    answer is the one a second run gives; where they answer differently each time, every edit of a task is now
+    checked against one answer instead of a new one each (the honest transcript's own responses, from the reference
+    run, may differ from it as before). The probes and shortcuts score some twenty edits of each task's honest
+    transcript, most with its calls: each of a user's tools ran in a forked child per call, 168 forks in one `grpolab
+    check` on the tiny model, 12 distinct calls; a fork costs more the larger the process (17 ms there, with the model
+    loaded). Nested uses share the outer one."""
     if _ANSWERED.get() is not None:
         yield
         return
