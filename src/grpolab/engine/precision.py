@@ -23,7 +23,7 @@ benchmarks/demo_precision.py, docs/decisions.md). Where it is allowed, the check
   fp32, so the slow dtype is never timed there;
 - a forward + backward of the model on the end of a reference transcript (`update_seconds`) beats fp32 by
   BF16_MIN_SPEEDUP: the update's own pass, since a bare matmul (2.2x on an AVX512-BF16 EPYC) leaves out autocast's
-  casts and the attention and norms in bf16 (the demo's whole update: 1.3x, benchmarks/update_precision.py);
+  casts and the attention and norms in bf16 (the demo's whole update: 1.49x at best, benchmarks/update_precision.py);
 - the model's log-probs on a fixed sequence under bf16 autocast agree with fp32 within BF16_MAX_K3 nats per token
   (k3 estimator; weight-only int8 rollouts measured 0.0026 on the demo and were accepted, bf16 0.0008 on an
   AVX512-BF16 EPYC).
